@@ -1,0 +1,195 @@
+"""Producer and admin API: :class:`Client` (sync) and :class:`AsyncClient`.
+
+Every public method is written once, in :class:`_Api`, as a call of an operation from
+:mod:`jobrun.ops`; the two clients differ only in how they drive it (``_run``): the sync one
+returns the result, the async one returns an awaitable. Pass ``conn=`` to run inside your
+own psycopg transaction (a rollback then removes the job and its notification).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any, Iterable, Sequence
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import config, db, ops
+from .records import JobSpec
+from .sql import for_schema
+
+
+class _Api:
+    def __init__(self, dsn: str | None = None, *, schema: str | None = None,
+                 max_payload_bytes: int | None = None,
+                 settings: config.Settings | None = None) -> None:
+        self.settings = settings or config.load({"database_url": dsn, "schema": schema,
+                                                 "max_payload_bytes": max_payload_bytes})
+        self.queries = for_schema(self.settings.schema)
+        self.limit = self.settings.max_payload_bytes
+        self._dsn: str | None = self.settings.database_url
+
+    @property
+    def dsn(self) -> str:
+        if self._dsn is None:
+            self._dsn = config.resolve_dsn(self.settings)
+        return self._dsn
+
+    def _run(self, op: ops.Op, conn: Any = None) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # --- producers ------------------------------------------------------------------------
+
+    def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
+                priority: int = 0, run_at: datetime | None = None,
+                delay: float | str | None = None, max_attempts: int | None = None,
+                idempotency_key: str | None = None, conn: Any = None,
+                payload_is_json: bool = False):
+        """Enqueue one job; returns ``Enqueued(job, created)``.
+
+        ``payload`` is any JSON-serialisable value (or JSON text with ``payload_is_json``).
+        ``delay`` is seconds or a duration such as ``"30s"``; give it or ``run_at``.
+        """
+        return self._run(ops.enqueue(
+            self.queries, self.limit, task, payload, queue=queue, priority=priority,
+            run_at=run_at, delay=delay, max_attempts=max_attempts,
+            idempotency_key=idempotency_key, payload_is_json=payload_is_json), conn)
+
+    def enqueue_many(self, items: Iterable[JobSpec | tuple[str, Any]], *, queue: str = "default",
+                     priority: int = 0, run_at: datetime | None = None,
+                     delay: float | str | None = None, max_attempts: int | None = None,
+                     conn: Any = None):
+        """Enqueue many jobs in one statement; returns ``[(id, created), ...]`` in order."""
+        return self._run(ops.enqueue_many(
+            self.queries, self.limit, items, queue=queue, priority=priority, run_at=run_at,
+            delay=delay, max_attempts=max_attempts), conn)
+
+    # --- inspection and admin -------------------------------------------------------------
+
+    def get(self, job_id: int, *, conn: Any = None):
+        return self._run(ops.get(self.queries, job_id), conn)
+
+    def attempts(self, job_id: int, *, conn: Any = None):
+        return self._run(ops.attempts(self.queries, job_id), conn)
+
+    def list(self, *, status: str | None = None, queue: str | None = None,
+             task: str | None = None, limit: int = 50, before: int | None = None,
+             conn: Any = None):
+        return self._run(ops.list_jobs(self.queries, status=status, queue=queue, task=task,
+                                       limit=limit, before=before), conn)
+
+    def cancel(self, job_id: int, *, conn: Any = None):
+        return self._run(ops.cancel(self.queries, job_id), conn)
+
+    def retry(self, job_id: int, *, conn: Any = None):
+        return self._run(ops.retry(self.queries, job_id), conn)
+
+    def purge(self, older_than: float | str, *, statuses: Sequence[str] = ops.TERMINAL,
+              conn: Any = None):
+        return self._run(ops.purge(self.queries, older_than, statuses), conn)
+
+    def stats(self, *, conn: Any = None):
+        return self._run(ops.stats(self.queries), conn)
+
+    def declare_queue(self, name: str, *, conn: Any = None):
+        return self._run(ops.queue_add(self.queries, name), conn)
+
+    def queues(self, *, conn: Any = None):
+        return self._run(ops.queue_list(self.queries), conn)
+
+    def pause_queue(self, name: str, *, conn: Any = None):
+        return self._run(ops.queue_set_paused(self.queries, name, True), conn)
+
+    def resume_queue(self, name: str, *, conn: Any = None):
+        return self._run(ops.queue_set_paused(self.queries, name, False), conn)
+
+
+class Client(_Api):
+    """Synchronous client. Thread-safe: calls share one connection, one at a time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._conn: psycopg.Connection | None = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = db.connect(self.dsn)
+        return self._conn
+
+    def _drive(self, op: ops.Op, conn: psycopg.Connection) -> Any:
+        try:
+            step = next(op)
+            while True:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(step.query, step.params)
+                    result = cur.fetchall() if step.returns_rows else cur.rowcount
+                step = op.send(result)
+        except StopIteration as stop:
+            return stop.value
+        except psycopg.Error as exc:
+            raise db.translate(exc, self._dsn, self.settings.schema) from None
+
+    def _run(self, op: ops.Op, conn: Any = None) -> Any:
+        if conn is not None:
+            return self._drive(op, conn)
+        with self._lock:
+            return self._drive(op, self._connection())
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncClient(_Api):
+    """Asyncio client; every method returns an awaitable."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._conn: psycopg.AsyncConnection | None = None
+        self._lock: Any = None
+
+    async def _drive(self, op: ops.Op, conn: psycopg.AsyncConnection) -> Any:
+        try:
+            step = next(op)
+            while True:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(step.query, step.params)
+                    result = await cur.fetchall() if step.returns_rows else cur.rowcount
+                step = op.send(result)
+        except StopIteration as stop:
+            return stop.value
+        except psycopg.Error as exc:
+            raise db.translate(exc, self._dsn, self.settings.schema) from None
+
+    async def _run_own(self, op: ops.Op) -> Any:
+        import asyncio
+
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._conn is None or self._conn.closed or self._conn.broken:
+                self._conn = await db.connect_async(self.dsn)
+            return await self._drive(op, self._conn)
+
+    def _run(self, op: ops.Op, conn: Any = None) -> Any:
+        return self._drive(op, conn) if conn is not None else self._run_own(op)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

@@ -1,0 +1,65 @@
+"""Connections and database errors: the one place that turns psycopg errors into jobrun's."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .config import redact
+from .errors import Conflict, DatabaseUnavailable, InvalidInput, JobrunError, UnknownQueue
+
+_CONSTRAINT_MESSAGES = {
+    "task_name_valid": "invalid task name",
+    "queue_name_valid": "invalid queue name",
+    "priority_range": "priority out of range (-100 to 100)",
+    "max_attempts_range": "max_attempts out of range (1 to 1000)",
+    "idempotency_key_valid": "invalid idempotency key (1 to 255 characters)",
+    "concurrency_positive": "concurrency must be positive",
+}
+
+_SQLSTATE_ERRORS: dict[str, type[JobrunError]] = {
+    "JR001": InvalidInput,
+    "JR002": UnknownQueue,
+    "JR003": Conflict,
+    "JR004": InvalidInput,
+}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def translate(exc: psycopg.Error, dsn: str | None = None, schema: str | None = None) -> JobrunError:
+    """Map a psycopg error to the jobrun error a user should read."""
+    state = getattr(exc, "sqlstate", None)
+    diag = getattr(exc, "diag", None)
+    if state in _SQLSTATE_ERRORS:
+        return _SQLSTATE_ERRORS[state](diag.message_primary if diag else _first_line(exc))
+    if state == "23514" and diag is not None:
+        return InvalidInput(_CONSTRAINT_MESSAGES.get(diag.constraint_name or "", _first_line(exc)))
+    if state == "23502" and diag is not None:
+        return InvalidInput(f"{diag.column_name} must not be null")
+    if state in ("22P05", "22P02", "22021"):
+        return InvalidInput(f"payload rejected by PostgreSQL: {_first_line(exc)}")
+    if state in ("42P01", "42883", "3F000"):
+        where = f"schema {schema!r}" if schema else "the jobrun schema"
+        return JobrunError(f"{where} is missing or out of date ({_first_line(exc)}): run `jobrun migrate`")
+    if isinstance(exc, psycopg.OperationalError):
+        target = redact(dsn) if dsn else "the database"
+        return DatabaseUnavailable(f"cannot reach PostgreSQL at {target}: {_first_line(exc)}")
+    return JobrunError(f"database error: {_first_line(exc)}")
+
+
+def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, row_factory=dict_row, **kwargs)
+    except psycopg.Error as exc:
+        raise translate(exc, dsn) from None
+
+
+async def connect_async(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.AsyncConnection:
+    try:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, row_factory=dict_row, **kwargs)
+    except psycopg.Error as exc:
+        raise translate(exc, dsn) from None

@@ -1,0 +1,104 @@
+"""Plain records returned by the producer and admin API."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+
+def _from_row(cls, row: dict[str, Any]):
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in row.items() if k in names})
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    queue: str
+    task: str
+    status: str
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    payload: Any = None
+    idempotency_key: str | None = None
+    crashes: int = 0
+    lease_owner: str | None = None
+    lease_token: int = 0
+    lease_expires_at: datetime | None = None
+    cancel_requested: bool = False
+    traceparent: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "JobRecord":
+        return _from_row(cls, row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    job_id: int
+    lease_token: int
+    attempt: int
+    outcome: str
+    finished_at: datetime
+    started_at: datetime | None = None
+    worker_host: str | None = None
+    worker_pid: int | None = None
+    worker_child: int | None = None
+    error: str | None = None
+    traceback: str | None = None
+    result: Any = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "AttemptRecord":
+        return _from_row(cls, row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Enqueued(NamedTuple):
+    """What ``enqueue`` returns: the stored job, and False when it was an idempotent replay."""
+
+    job: JobRecord
+    created: bool
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job for ``enqueue_many``; fields left None take the call's defaults."""
+
+    task: str
+    payload: Any = None
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    delay: float | str | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    paused: bool
+    queued: int
+    scheduled: int
+    leased: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    oldest_queued_age: float | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "QueueStats":
+        return _from_row(cls, row)

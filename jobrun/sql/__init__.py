@@ -1,0 +1,93 @@
+"""Named SQL, loaded once from the .sql files beside this module.
+
+``queries.sql`` holds blocks that start with ``-- name: <name>`` followed by a one-line
+``-- <description>``. Migrations are ``migrations/NNNN_<name>.sql``. Both use ``{schema}``
+where the schema name goes; it is inserted by psycopg's ``sql.Identifier`` (quoted, and
+validated against a strict pattern before that), never by string formatting of user input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from psycopg import sql
+
+from .. import validate
+
+_NAME_RE = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    doc: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    text: str
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text()
+
+
+@lru_cache(maxsize=None)
+def raw_queries() -> dict[str, Query]:
+    source = _read("queries.sql")
+    parts = _NAME_RE.split(source)
+    queries: dict[str, Query] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = body.strip().splitlines()
+        if not lines or not lines[0].startswith("-- "):
+            raise RuntimeError(f"query {name} has no description line")
+        if name in queries:
+            raise RuntimeError(f"query {name} is defined twice")
+        queries[name] = Query(name, lines[0][3:].strip(), "\n".join(lines[1:]).strip())
+    return queries
+
+
+@lru_cache(maxsize=None)
+def migrations() -> tuple[Migration, ...]:
+    folder = resources.files(__package__).joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        m = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
+        if m:
+            found.append(Migration(int(m.group(1)), m.group(2), entry.read_text()))
+    found.sort(key=lambda mig: mig.version)
+    if [mig.version for mig in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError("migration versions must run 1, 2, 3, ... without gaps")
+    return tuple(found)
+
+
+def render(text: str, schema: str) -> str:
+    """Insert the (validated, quoted) schema name into a query or migration."""
+    validate.schema_name(schema)
+    return sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(None)
+
+
+class Queries:
+    """All named queries rendered for one schema; ``q.claim_jobs`` is a query string."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = validate.schema_name(schema)
+        self.channel = f"{schema}_ready"
+        self._texts = {name: render(q.text, schema) for name, q in raw_queries().items()}
+
+    def __getattr__(self, name: str) -> str:
+        try:
+            return self._texts[name]
+        except KeyError:
+            raise AttributeError(f"no query named {name!r}") from None
+
+
+@lru_cache(maxsize=32)
+def for_schema(schema: str) -> Queries:
+    return Queries(schema)

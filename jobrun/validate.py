@@ -1,0 +1,160 @@
+"""Input validation: pure functions, no I/O. Every check raises InvalidInput with one clear line.
+
+The same rules are enforced again inside PostgreSQL (CHECK constraints and the SQL
+``enqueue`` functions), so producers in other languages get them too; these Python checks
+exist to fail early, without a round trip, with a message that names the offending value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from .errors import InvalidInput
+
+TASK_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+QUEUE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+# The schema name also forms the NOTIFY channel "<schema>_ready" (63 bytes at most).
+SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
+KEY_MAX = 255
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX = 1, 1000
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+TASK_RULE = "a letter or _, then letters, digits, '_', '.', ':' or '-'; at most 200 characters"
+QUEUE_RULE = "a letter or digit, then letters, digits, '_', '.' or '-'; at most 63 characters"
+SCHEMA_RULE = "lower-case letters, digits and '_', not starting with a digit; at most 51 characters"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def task_name(name: Any) -> str:
+    if not isinstance(name, str) or not TASK_RE.fullmatch(name):
+        raise InvalidInput(f"invalid task name {_show(name)}: {TASK_RULE}")
+    return name
+
+
+def queue_name(name: Any) -> str:
+    if not isinstance(name, str) or not QUEUE_RE.fullmatch(name):
+        raise InvalidInput(f"invalid queue name {_show(name)}: {QUEUE_RULE}")
+    return name
+
+
+def schema_name(name: Any) -> str:
+    if not isinstance(name, str) or not SCHEMA_RE.fullmatch(name):
+        raise InvalidInput(f"invalid schema name {_show(name)}: {SCHEMA_RULE}")
+    return name
+
+
+def priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+        PRIORITY_MIN <= value <= PRIORITY_MAX
+    ):
+        raise InvalidInput(
+            f"invalid priority {_show(value)}: an integer from {PRIORITY_MIN} to {PRIORITY_MAX}"
+            " (lower runs first)"
+        )
+    return value
+
+
+def max_attempts(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+        MAX_ATTEMPTS_MIN <= value <= MAX_ATTEMPTS_MAX
+    ):
+        raise InvalidInput(
+            f"invalid max_attempts {_show(value)}: an integer from {MAX_ATTEMPTS_MIN}"
+            f" to {MAX_ATTEMPTS_MAX}"
+        )
+    return value
+
+
+def idempotency_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > KEY_MAX or "\x00" in value:
+        raise InvalidInput(
+            f"invalid idempotency key {_show(value)}: 1 to {KEY_MAX} characters, no NUL"
+        )
+    return value
+
+
+def _has_nul(obj: Any) -> bool:
+    if isinstance(obj, str):
+        return "\x00" in obj
+    if isinstance(obj, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return any(_has_nul(v) for v in obj)
+    return False
+
+
+def _check_encoded(text: str, obj: Any, limit: int) -> str:
+    # json.dumps writes NUL as \u0000; only then is the (slower) walk needed to tell a real
+    # NUL from an escaped backslash followed by "u0000".
+    if "\\u0000" in text and _has_nul(obj):
+        raise InvalidInput(
+            "payload holds a NUL character (\\u0000), which PostgreSQL jsonb cannot store"
+        )
+    size = len(text.encode()) if not text.isascii() else len(text)
+    if size > limit:
+        raise InvalidInput(f"payload is {size} bytes, over the limit of {limit} bytes")
+    return text
+
+
+def payload(obj: Any, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """Encode a Python payload to the JSON text stored in jobs.payload."""
+    try:
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from None
+    return _check_encoded(text, obj, limit)
+
+
+def payload_text(text: str, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """Check JSON text given by a user (the CLI) and return it normalised."""
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"payload is not valid JSON: {exc}") from None
+    return payload(obj, limit)
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidInput(f"payload is not valid JSON: {name} is not a JSON value")
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def duration(text: Any) -> float:
+    """Parse '30s', '5m', '1h30m', '7d', '250ms' or a bare number of seconds; return seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    elif isinstance(text, str):
+        s = text.strip().lower()
+        try:
+            value = float(s)
+        except ValueError:
+            pos, value = 0, 0.0
+            for m in _DURATION_RE.finditer(s):
+                if m.start() != pos:
+                    break
+                value += float(m.group(1)) * _UNIT[m.group(2)]
+                pos = m.end()
+            if pos != len(s) or not s:
+                raise InvalidInput(
+                    f"invalid duration {_show(text)}: use e.g. 30s, 5m, 1h30m, 7d or 250ms"
+                ) from None
+    else:
+        raise InvalidInput(f"invalid duration {_show(text)}")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidInput(f"invalid duration {_show(text)}: must be a finite number >= 0")
+    return value

