@@ -1,0 +1,374 @@
+"""The ``jobrun`` command line: producer and admin commands over the sync :class:`Client`.
+
+Output: single objects print as JSON, lists as tables; ``--json`` makes everything JSON.
+Exit codes are a protocol: 0 success, 1 a jobrun error (bad value, not found, conflict,
+refused, database unreachable), printed as one ``jobrun: error: ...`` line on stderr with no
+traceback, 2 a malformed command line (typer's own usage errors).
+
+The global options ``--dsn``, ``--schema`` and ``--json`` go before the command
+(``jobrun --json stats``) or after it (``jobrun stats --json``); a value given after the
+command wins. With no database URL anywhere, jobrun uses the embedded PostgreSQL under the
+state directory and migrates it on first use, so ``jobrun enqueue`` works with no setup. An
+explicit URL is never migrated implicitly: that is ``jobrun migrate``'s job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Annotated, Any, Optional
+
+import psycopg
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__, config, db, migrate as migrations, ops
+from .client import Client
+from .errors import InvalidInput, JobrunError
+
+app = typer.Typer(name="jobrun", help="A durable job queue on PostgreSQL.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
+queue_app = typer.Typer(help="Declare, list, pause and resume queues.", no_args_is_help=True)
+app.add_typer(queue_app, name="queue")
+
+_GLOBAL = "Global options"
+Dsn = Annotated[Optional[str], typer.Option(
+    "--dsn", metavar="URL", show_default=False, rich_help_panel=_GLOBAL,
+    help="PostgreSQL URL (default: JOBRUN_DATABASE_URL, the config file, else embedded).")]
+Schema = Annotated[Optional[str], typer.Option(
+    "--schema", metavar="NAME", show_default=False, rich_help_panel=_GLOBAL,
+    help="Schema holding jobrun's tables (default: jobrun).")]
+AsJson = Annotated[bool, typer.Option("--json", rich_help_panel=_GLOBAL,
+                                      help="Machine-readable JSON output.")]
+JobId = Annotated[int, typer.Argument(metavar="ID", help="Job id.", show_default=False)]
+QueueName = Annotated[str, typer.Argument(metavar="NAME", help="Queue name.", show_default=False)]
+
+
+@dataclass
+class Session:
+    """What the global options select, and the client built from them (once, lazily)."""
+
+    dsn: str | None = None
+    schema: str | None = None
+    as_json: bool = False
+    _client: Client | None = None
+
+    def settings(self) -> config.Settings:
+        return config.load({"database_url": self.dsn, "schema": self.schema})
+
+    def client(self) -> Client:
+        if self._client is None:
+            settings = self.settings()
+            if settings.database_url is None:
+                url = config.resolve_dsn(settings)
+                if _apply_migrations(url, settings.schema):
+                    _note(f"initialised the embedded PostgreSQL in {settings.state_dir}/"
+                          " (set JOBRUN_DATABASE_URL to use your own server)")
+                settings = settings.replace(database_url=url)
+            self._client = Client(settings=settings)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def _session(ctx: typer.Context, dsn: str | None, schema: str | None, as_json: bool) -> Session:
+    """Merge a command's own global options over those given before the command."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, Session):
+        root.obj = Session()
+        root.call_on_close(root.obj.close)
+    s: Session = root.obj
+    s.dsn = dsn if dsn is not None else s.dsn
+    s.schema = schema if schema is not None else s.schema
+    s.as_json = s.as_json or as_json
+    return s
+
+
+def _apply_migrations(url: str, schema: str) -> list[int]:
+    try:
+        with db.connect(url) as conn:
+            return migrations.migrate(conn, schema)
+    except psycopg.Error as exc:
+        raise db.translate(exc, url, schema) from None
+
+
+# --- output -------------------------------------------------------------------------------
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def _emit(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False, default=_json_default))
+
+
+def _note(message: str) -> None:
+    typer.echo(f"jobrun: {message}", err=True)
+
+
+def _table(columns: list[str], rows: list[list[Any]], empty: str) -> None:
+    # When piped, rich would wrap at 80 columns; a wide console keeps one row per line.
+    console = Console(width=None if sys.stdout.isatty() else 250)
+    table = Table(*columns, box=box.SIMPLE_HEAD, show_edge=False)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    if rows:
+        console.print(table)
+    else:
+        console.print(empty)
+
+
+def _time(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds") if value else ""
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _parse_run_at(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(f"--run-at {text!r} is not an ISO 8601 datetime"
+                           " (e.g. 2030-01-31T09:00:00+00:00)") from None
+    if when.tzinfo is None:
+        raise InvalidInput(f"--run-at {text!r} has no UTC offset and would be ambiguous;"
+                           " add one, e.g. Z or +02:00")
+    return when
+
+
+# --- commands -----------------------------------------------------------------------------
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"jobrun {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
+          version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False,
+          ) -> None:
+    """A durable job queue on PostgreSQL."""
+    _session(ctx, dsn, schema, as_json)
+
+
+@app.command()
+def migrate(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
+            as_json: AsJson = False) -> None:
+    """Create or upgrade jobrun's schema (safe to run concurrently and repeatedly)."""
+    s = _session(ctx, dsn, schema, as_json)
+    settings = s.settings()
+    url = config.resolve_dsn(settings)
+    applied = _apply_migrations(url, settings.schema)
+    latest = len(migrations.migrations())
+    if s.as_json:
+        _emit({"schema": settings.schema, "target": config.redact(url), "applied": applied,
+               "version": latest})
+        return
+    where = f"schema {settings.schema!r} at {config.redact(url)}"
+    names = {m.version: m.name for m in migrations.migrations()}
+    for version in applied:
+        typer.echo(f"applied {version:04d}_{names[version]}")
+    typer.echo(f"{where} is at version {latest}" + ("" if applied else " (already current)"))
+
+
+@app.command()
+def enqueue(
+    ctx: typer.Context,
+    task: Annotated[str, typer.Argument(metavar="TASK", help="Task name, e.g. email.send.",
+                                       show_default=False)],
+    payload: Annotated[Optional[str], typer.Argument(
+        metavar="PAYLOAD_JSON", show_default=False,
+        help="JSON payload; '-' reads it from stdin. Default: null.")] = None,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Declared queue.")] = "default",
+    priority: Annotated[int, typer.Option(help="-100..100, lower runs first.")] = 0,
+    delay: Annotated[Optional[str], typer.Option(
+        help="Run after a duration: 30s, 5m, 1h30m.", show_default=False)] = None,
+    run_at: Annotated[Optional[str], typer.Option(
+        "--run-at", help="Run at an ISO 8601 time with offset.", show_default=False)] = None,
+    max_attempts: Annotated[Optional[int], typer.Option(
+        "--max-attempts", help="Starts allowed, 1..1000.", show_default=False)] = None,
+    key: Annotated[Optional[str], typer.Option(
+        "--key", help="Idempotency key, unique per queue.", show_default=False)] = None,
+    dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
+) -> None:
+    """Enqueue a job; prints it as JSON with "created" (false for an idempotent replay)."""
+    s = _session(ctx, dsn, schema, as_json)
+    if payload == "-":
+        payload = sys.stdin.read()
+    when = _parse_run_at(run_at) if run_at is not None else None
+    if when is not None and delay is not None:
+        raise InvalidInput("give --delay or --run-at, not both")
+    result = s.client().enqueue(task, payload, queue=queue, priority=priority, run_at=when,
+                                delay=delay, max_attempts=max_attempts, idempotency_key=key,
+                                payload_is_json=payload is not None)
+    _emit({**result.job.to_dict(), "created": result.created})
+
+
+@app.command()
+def get(ctx: typer.Context, job_id: JobId,
+        attempts: Annotated[bool, typer.Option(
+            "--attempts", help="Include the recorded attempts (as \"history\").")] = False,
+        dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
+    """Show one job as JSON."""
+    client = _session(ctx, dsn, schema, as_json).client()
+    out = client.get(job_id).to_dict()
+    if attempts:
+        out["history"] = [a.to_dict() for a in client.attempts(job_id)]
+    _emit(out)
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    status: Annotated[Optional[str], typer.Option(
+        help=f"One of {', '.join(ops.STATUSES)}.", show_default=False)] = None,
+    queue: Annotated[Optional[str], typer.Option("--queue", "-q", show_default=False)] = None,
+    task: Annotated[Optional[str], typer.Option(show_default=False)] = None,
+    limit: Annotated[int, typer.Option(help="At most this many jobs (1..10000).")] = 50,
+    before: Annotated[Optional[int], typer.Option(
+        metavar="ID", help="Only jobs with a smaller id (the next page).",
+        show_default=False)] = None,
+    dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
+) -> None:
+    """List jobs, newest first."""
+    s = _session(ctx, dsn, schema, as_json)
+    jobs = s.client().list(status=status, queue=queue, task=task, limit=limit, before=before)
+    if s.as_json:
+        _emit([j.to_dict() for j in jobs])
+        return
+    _table(["id", "queue", "task", "status", "attempts", "priority", "run_at", "created_at"],
+           [[j.id, j.queue, j.task, j.status, f"{j.attempts}/{j.max_attempts}", j.priority,
+             _time(j.run_at), _time(j.created_at)] for j in jobs], "no jobs")
+    if len(jobs) == limit:
+        _note(f"more may follow: add --before {jobs[-1].id}")
+
+
+@app.command()
+def cancel(ctx: typer.Context, job_id: JobId, dsn: Dsn = None, schema: Schema = None,
+           as_json: AsJson = False) -> None:
+    """Cancel a queued job now, or ask a running one to stop."""
+    _emit(_session(ctx, dsn, schema, as_json).client().cancel(job_id).to_dict())
+
+
+@app.command()
+def retry(ctx: typer.Context, job_id: JobId, dsn: Dsn = None, schema: Schema = None,
+          as_json: AsJson = False) -> None:
+    """Put a dead or cancelled job back in its queue, with its attempts reset."""
+    _emit(_session(ctx, dsn, schema, as_json).client().retry(job_id).to_dict())
+
+
+@app.command()
+def purge(
+    ctx: typer.Context,
+    older_than: Annotated[str, typer.Option(
+        "--older-than", help="Finished longer ago than this, e.g. 7d.", show_default=False)],
+    status: Annotated[Optional[list[str]], typer.Option(
+        "--status", help="Repeatable; default: succeeded, dead and cancelled.",
+        show_default=False)] = None,
+    dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
+) -> None:
+    """Delete finished jobs (with their attempts) older than a duration."""
+    s = _session(ctx, dsn, schema, as_json)
+    deleted = s.client().purge(older_than, statuses=tuple(status) if status else ops.TERMINAL)
+    if s.as_json:
+        _emit({"deleted": deleted})
+    else:
+        typer.echo(f"deleted {deleted} job{'' if deleted == 1 else 's'}")
+
+
+@app.command()
+def stats(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
+          as_json: AsJson = False) -> None:
+    """Job counts per queue, and the age of the oldest runnable job."""
+    s = _session(ctx, dsn, schema, as_json)
+    rows = s.client().stats()
+    if s.as_json:
+        _emit([dataclasses.asdict(r) for r in rows])
+        return
+    _table(["queue", "paused", "queued", "scheduled", "leased", "succeeded", "dead",
+            "cancelled", "oldest queued"],
+           [[r.queue, "yes" if r.paused else "", r.queued, r.scheduled, r.leased, r.succeeded,
+             r.dead, r.cancelled, _age(r.oldest_queued_age)] for r in rows], "no queues")
+
+
+@queue_app.command("add")
+def queue_add(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
+              as_json: AsJson = False) -> None:
+    """Declare a queue (no-op when it exists)."""
+    _emit(_session(ctx, dsn, schema, as_json).client().declare_queue(name))
+
+
+@queue_app.command("list")
+def queue_list(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
+               as_json: AsJson = False) -> None:
+    """List declared queues."""
+    s = _session(ctx, dsn, schema, as_json)
+    rows = s.client().queues()
+    if s.as_json:
+        _emit(rows)
+        return
+    _table(["name", "paused", "concurrency", "created_at"],
+           [[r["name"], "yes" if r["paused"] else "", r.get("concurrency"),
+             _time(r.get("created_at"))] for r in rows], "no queues")
+
+
+@queue_app.command("pause")
+def queue_pause(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
+                as_json: AsJson = False) -> None:
+    """Stop claiming jobs from a queue (running jobs finish)."""
+    _emit(_session(ctx, dsn, schema, as_json).client().pause_queue(name))
+
+
+@queue_app.command("resume")
+def queue_resume(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
+                 as_json: AsJson = False) -> None:
+    """Resume claiming jobs from a paused queue."""
+    _emit(_session(ctx, dsn, schema, as_json).client().resume_queue(name))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "unknown error"
+
+
+def main() -> None:
+    try:
+        app(prog_name="jobrun")
+    except JobrunError as exc:
+        typer.echo(f"jobrun: error: {_one_line(str(exc))}", err=True)
+        sys.exit(1)
+    except psycopg.Error as exc:  # a database error no operation translated itself
+        typer.echo(f"jobrun: error: {_one_line(str(db.translate(exc)))}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
