@@ -25,7 +25,7 @@ _SQLSTATE_ERRORS: dict[str, type[JobrunError]] = {
 }
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -35,20 +35,20 @@ def translate(exc: psycopg.Error, dsn: str | None = None, schema: str | None = N
     state = getattr(exc, "sqlstate", None)
     diag = getattr(exc, "diag", None)
     if state in _SQLSTATE_ERRORS:
-        return _SQLSTATE_ERRORS[state](diag.message_primary if diag else _first_line(exc))
+        return _SQLSTATE_ERRORS[state](diag.message_primary if diag else first_line(exc))
     if state == "23514" and diag is not None:
-        return InvalidInput(_CONSTRAINT_MESSAGES.get(diag.constraint_name or "", _first_line(exc)))
+        return InvalidInput(_CONSTRAINT_MESSAGES.get(diag.constraint_name or "", first_line(exc)))
     if state == "23502" and diag is not None:
         return InvalidInput(f"{diag.column_name} must not be null")
     if state in ("22P05", "22P02", "22021"):
-        return InvalidInput(f"payload rejected by PostgreSQL: {_first_line(exc)}")
+        return InvalidInput(f"payload rejected by PostgreSQL: {first_line(exc)}")
     if state in ("42P01", "42883", "3F000"):
         where = f"schema {schema!r}" if schema else "the jobrun schema"
-        return JobrunError(f"{where} is missing or out of date ({_first_line(exc)}): run `jobrun migrate`")
+        return JobrunError(f"{where} is missing or out of date ({first_line(exc)}): run `jobrun migrate`")
     if isinstance(exc, psycopg.OperationalError):
         target = redact(dsn) if dsn else "the database"
-        return DatabaseUnavailable(f"cannot reach PostgreSQL at {target}: {_first_line(exc)}")
-    return JobrunError(f"database error: {_first_line(exc)}")
+        return DatabaseUnavailable(f"cannot reach PostgreSQL at {target}: {first_line(exc)}")
+    return JobrunError(f"database error: {first_line(exc)}")
 
 
 def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:

@@ -125,3 +125,99 @@ SELECT pg_notify(%(channel)s, %(name)s)
 -- name: db_now
 -- The database clock.
 SELECT now() AS now, clock_timestamp() AS clock
+
+-- ===== the master's hot path =============================================================
+
+-- name: claim_jobs
+-- Lease up to `limit` runnable jobs of unpaused queues in (priority, run_at, id) order: bump attempts and the fencing token.
+WITH q AS (
+    SELECT name FROM {schema}.queues WHERE name = ANY(%(queues)s::text[]) AND NOT paused
+), cand AS (
+    SELECT c.id, c.priority, c.run_at
+      FROM q CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
+             WHERE j.status = 'queued' AND j.queue = q.name AND j.run_at <= now()
+             ORDER BY j.priority, j.run_at, j.id
+             LIMIT %(limit)s
+               FOR UPDATE SKIP LOCKED) c
+     ORDER BY c.priority, c.run_at, c.id
+     LIMIT %(limit)s
+)
+UPDATE {schema}.jobs j
+   SET status = 'leased', attempts = j.attempts + 1, lease_token = j.lease_token + 1,
+       lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
+       started_at = now()
+  FROM cand
+ WHERE j.id = cand.id
+RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes, j.priority,
+          extract(epoch FROM j.created_at)::float8 AS created_at, j.payload::text AS payload
+
+-- name: complete_jobs
+-- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted.
+WITH r AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[],
+                         %(outcomes)s::text[], %(delays)s::float8[], %(errors)s::text[],
+                         %(tracebacks)s::text[], %(results)s::text[], %(children)s::integer[],
+                         %(crashed)s::integer[])
+           AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed)
+), upd AS (
+    UPDATE {schema}.jobs j
+       SET status = CASE WHEN r.status = 'queued' AND j.cancel_requested THEN 'cancelled'
+                         ELSE r.status END,
+           run_at = CASE WHEN r.status = 'queued' THEN now() + make_interval(secs => r.delay)
+                         ELSE j.run_at END,
+           finished_at = CASE WHEN r.status = 'queued' AND NOT j.cancel_requested THEN NULL
+                              ELSE now() END,
+           crashes = j.crashes + r.crashed,
+           lease_owner = NULL, lease_expires_at = NULL
+      FROM r
+     WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_owner = %(owner)s
+       AND j.status = 'leased'
+    RETURNING j.id, j.lease_token, j.attempts, j.started_at
+)
+INSERT INTO {schema}.job_attempts
+       (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
+        error, traceback, result)
+SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, r.child, u.started_at, r.outcome,
+       r.error, r.traceback, r.result::jsonb
+  FROM upd u JOIN r ON r.id = u.id
+RETURNING job_id
+
+-- name: heartbeat
+-- Extend the leases this master still holds; returns those rows with their cancel flag (missing rows were lost).
+UPDATE {schema}.jobs j
+   SET lease_expires_at = now() + make_interval(secs => %(ttl)s)
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+ WHERE j.id = h.id AND j.lease_token = h.token AND j.lease_owner = %(owner)s
+   AND j.status = 'leased'
+RETURNING j.id, j.cancel_requested
+
+-- name: reap_expired
+-- Requeue (with backoff), kill or cancel up to `limit` jobs whose lease expired, each guarded by the token read.
+WITH x AS (
+    SELECT id, lease_token, lease_owner FROM {schema}.jobs
+     WHERE status = 'leased' AND lease_expires_at < now()
+     ORDER BY lease_expires_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE {schema}.jobs j
+       SET status = CASE WHEN j.cancel_requested THEN 'cancelled'
+                         WHEN j.attempts >= j.max_attempts THEN 'dead'
+                         ELSE 'queued' END,
+           run_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts THEN j.run_at
+                         ELSE now() + make_interval(secs => random() * least(
+                              %(cap)s::float8, %(base)s * power(2.0, least(j.attempts - 1, 60))))
+                    END,
+           finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts THEN now()
+                              ELSE NULL END,
+           lease_owner = NULL, lease_expires_at = NULL
+      FROM x
+     WHERE j.id = x.id AND j.lease_token = x.lease_token AND j.status = 'leased'
+    RETURNING j.id, j.lease_token, j.attempts, j.started_at, x.lease_owner
+)
+INSERT INTO {schema}.job_attempts (job_id, lease_token, attempt, started_at, outcome, error)
+SELECT u.id, u.lease_token, u.attempts, u.started_at, 'lease_expired',
+       'lease expired: its holder (' || coalesce(u.lease_owner, '?') || ') stopped renewing it'
+  FROM upd u
+RETURNING job_id

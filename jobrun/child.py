@@ -1,0 +1,275 @@
+"""A child process: receives job frames from its master, runs handlers, sends results back.
+
+Started by the master with fork+exec (``python -m jobrun.child``), never by forking the
+master: the master has threads and open libpq sockets, and a plain fork would copy held locks
+and share those sockets with the child. An exec'd child starts clean, imports the app itself
+(so a HUP-replaced child loads new code), and owns only the socket passed to it.
+
+The child dies with its master: PR_SET_PDEATHSIG delivers SIGKILL when the master exits, and
+EOF on the socket ends the receive loop. It ignores SIGINT (a terminal's ^C goes to the
+master, which decides), and SIGTERM too (service managers signal the whole group; the
+master drains and stops its children itself). It always leaves through ``os._exit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from setproctitle import setproctitle
+
+from . import protocol
+from .app import App, Job, TaskDef, load_app
+from .errors import Cancelled, LeaseLost, Permanent, Retry, SoftTimeLimit
+from .policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, should_recycle
+
+PR_SET_PDEATHSIG = 1
+LEASE_LOST = "lease_lost"  # reported to the master, which discards the attempt
+MAX_TRACEBACK = 16 * 1024
+
+
+def _die_with_parent(master_pid: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass
+    if os.getppid() != master_pid:  # the master died before prctl took effect
+        os._exit(protocol.EXIT_OK)
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class ChildRuntime:
+    """Runs jobs one at a time and turns each into a result frame."""
+
+    def __init__(self, app: App, sock: socket.socket, index: int, *, max_tasks: int = 0,
+                 max_memory: int = 0, soft_time_limit: float = 0.0) -> None:
+        self.app = app
+        self.sock = sock
+        self.index = index
+        self.max_tasks = max_tasks
+        self.max_memory = max_memory
+        self.default_soft_limit = soft_time_limit
+        self.tasks_done = 0
+        self.baseline_rss = rss_bytes()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_task: asyncio.Task | None = None
+        self._in_handler = False
+        self._pending: type[BaseException] | None = None
+        self._title_lock = threading.Lock()
+        self._current: tuple[Job, float] | None = None
+
+    # --- signals: raised into the running handler -----------------------------------------
+
+    def install_signals(self) -> None:
+        # INT and TERM belong to the master (a terminal's ^C, or a service manager that
+        # signals the whole process group): it drains and tells children when to go.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, lambda *_: self._interrupt(LeaseLost))
+        signal.signal(signal.SIGUSR2, lambda *_: self._interrupt(Cancelled))
+        signal.signal(signal.SIGALRM, lambda *_: self._interrupt(SoftTimeLimit))
+
+    def _interrupt(self, exc: type[BaseException]) -> None:
+        if not self._in_handler:
+            return  # between jobs: nothing to interrupt
+        self._pending = exc
+        if self._async_task is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._async_task.cancel)
+            return
+        raise exc()
+
+    # --- titles ---------------------------------------------------------------------------
+
+    def _title(self) -> None:
+        with self._title_lock:
+            current = self._current
+            if current is None:
+                setproctitle(f"jobrun-child {self.index}: idle")
+            else:
+                job, started = current
+                elapsed = time.monotonic() - started
+                setproctitle(f"jobrun-child {self.index}: {job.task} job={job.id} {elapsed:.1f}s")
+
+    def _title_ticker(self) -> None:
+        while True:
+            time.sleep(1.0)  # a display refresh, not synchronisation
+            if self._current is not None:
+                self._title()
+
+    # --- running --------------------------------------------------------------------------
+
+    def send(self, obj: dict[str, Any]) -> None:
+        self.sock.sendall(protocol.encode(obj))
+
+    def ready(self) -> None:
+        self.send({"t": "ready", "pid": os.getpid(), "rss": self.baseline_rss,
+                   "tasks": {name: t.config() for name, t in self.app.tasks.items()}})
+
+    def serve(self) -> None:
+        self._title()
+        threading.Thread(target=self._title_ticker, name="title", daemon=True).start()
+        while True:
+            body = protocol.read_frame(self.sock)
+            if body is None:
+                return
+            frame = protocol.decode(body)
+            if frame.get("t") == "stop":
+                return
+            if frame.get("t") != "job":
+                os._exit(protocol.EXIT_PROTOCOL_ERROR)
+            result = self.run(frame)
+            self.tasks_done += 1
+            rss = rss_bytes()
+            recycle = should_recycle(tasks_done=self.tasks_done, max_tasks=self.max_tasks,
+                                     rss_bytes=rss, max_rss_bytes=self.max_memory,
+                                     baseline_rss_bytes=self.baseline_rss)
+            result.update(t="result", id=frame["id"], token=frame["token"], rss=rss, recycle=recycle)
+            self.send(result)
+            if recycle:
+                return
+
+    def run(self, frame: dict[str, Any]) -> dict[str, Any]:
+        job = Job(id=frame["id"], task=frame["task"], queue=frame["queue"],
+                  payload=frame["payload"], attempt=frame["attempt"],
+                  max_attempts=frame["max_attempts"], priority=frame.get("priority", 0),
+                  token=frame["token"], created_at=frame.get("created_at", 0.0))
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            known = ", ".join(sorted(self.app.tasks)) or "none"
+            return {"outcome": FAILED, "permanent": True,
+                    "error": f"unknown task {job.task!r}: the app {self.app_spec} does not register it"
+                             f" (registered: {known})"}
+        self._current = (job, time.monotonic())
+        self._title()
+        try:
+            return self._run_handler(task, job)
+        except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
+            # Arrived after the handler returned, while its result was being built.
+            return self._interrupted(exc)
+        finally:
+            self._current = None
+            self._title()
+
+    def _run_handler(self, task: TaskDef, job: Job) -> dict[str, Any]:
+        soft = task.soft_time_limit or self.default_soft_limit
+        self._pending = None
+        try:
+            self._in_handler = True
+            if soft:
+                signal.setitimer(signal.ITIMER_REAL, soft)
+            if task.is_async:
+                value = self._event_loop().run_until_complete(self._run_async(task, job))
+            else:
+                value = task.fn(job)
+        except Retry as exc:
+            return {"outcome": RETRY, "delay": exc.delay, "error": str(exc)}
+        except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
+            return self._interrupted(exc)
+        except Permanent as exc:
+            return self._failure(exc, permanent=True)
+        except BaseException as exc:  # noqa: BLE001 - any handler failure is a failed attempt
+            return self._failure(exc)
+        finally:
+            self._in_handler = False
+            if soft:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return {"outcome": FAILED, "error": f"handler returned a value that is not JSON: {exc}"}
+        if "\\u0000" in text:
+            return {"outcome": FAILED, "error": "handler returned a value holding a NUL character"}
+        return {"outcome": SUCCEEDED, "result": text}
+
+    async def _run_async(self, task: TaskDef, job: Job) -> Any:
+        self._async_task = asyncio.current_task()
+        try:
+            return await task.fn(job)
+        except asyncio.CancelledError:
+            if self._pending is not None:
+                raise self._pending() from None
+            raise
+        finally:
+            self._async_task = None
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    @staticmethod
+    def _interrupted(exc: BaseException) -> dict[str, Any]:
+        if isinstance(exc, LeaseLost):
+            return {"outcome": LEASE_LOST}
+        if isinstance(exc, Cancelled):
+            return {"outcome": CANCELLED, "error": "cancelled while running"}
+        return {"outcome": TIMEOUT, "error": "soft time limit exceeded",
+                "traceback": traceback.format_exc()[-MAX_TRACEBACK:]}
+
+    @staticmethod
+    def _failure(exc: BaseException, permanent: bool = False) -> dict[str, Any]:
+        line = f"{type(exc).__name__}: {exc}".strip()
+        return {"outcome": FAILED, "permanent": permanent, "error": line[:2000],
+                "traceback": traceback.format_exc()[-MAX_TRACEBACK:]}
+
+    app_spec = "?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="jobrun-child")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--app", required=True)
+    parser.add_argument("--master-pid", type=int, required=True)
+    parser.add_argument("--max-tasks", type=int, default=0)
+    parser.add_argument("--max-memory", type=int, default=0, help="bytes")
+    parser.add_argument("--soft-time-limit", type=float, default=0.0)
+    args = parser.parse_args(argv)
+
+    _die_with_parent(args.master_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    setproctitle(f"jobrun-child {args.index}: starting")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=args.fd)
+    try:
+        app = load_app(args.app)
+    except BaseException:  # noqa: BLE001 - report any import failure, then the exit code says it
+        print(f"jobrun-child {args.index}: cannot load app {args.app!r}:", file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(protocol.EXIT_BOOT_ERROR)
+    runtime = ChildRuntime(app, sock, args.index, max_tasks=args.max_tasks,
+                           max_memory=args.max_memory, soft_time_limit=args.soft_time_limit)
+    runtime.app_spec = args.app
+    runtime.install_signals()
+    try:
+        runtime.ready()
+        runtime.serve()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the master is gone
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(protocol.EXIT_OK)
+
+
+if __name__ == "__main__":
+    main()

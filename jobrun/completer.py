@@ -1,0 +1,138 @@
+"""Record attempt outcomes in batches: one statement per batch, no per-job round trip.
+
+Batching adapts to load by construction: a flush starts as soon as there is anything to
+write, and whatever arrives while it runs forms the next batch. An idle master therefore
+writes each result at once; a busy one writes many per statement.
+
+Every row is guarded by (owner, fencing token, status = 'leased'); a row the guard refuses
+is a lease this master lost (reaped and perhaps re-run elsewhere), counted, not an error.
+On a database error the batch is kept and retried after a backoff: nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import psycopg
+
+from . import db
+from .lifecycle import Service, backoff_sleep
+from .logs import event
+from .sql import Queries
+
+log = logging.getLogger("jobrun.completer")
+MAX_BATCH = 1000
+
+
+def _clean(text: str | None, limit: int) -> str | None:
+    """Text columns cannot hold NUL; keep the tail of over-long tracebacks."""
+    if text is None:
+        return None
+    text = text.replace("\x00", "\\0")
+    return text if len(text) <= limit else text[-limit:]
+
+
+@dataclass(frozen=True)
+class Completion:
+    id: int
+    token: int
+    status: str  # the job's next status
+    outcome: str  # the attempt's outcome
+    delay: float = 0.0
+    error: str | None = None
+    traceback: str | None = None
+    result: str | None = None  # JSON text
+    child: int | None = None
+    crashed: int = 0
+
+
+class Completer(Service):
+    name = "completer"
+
+    def __init__(self, dsn: str, queries: Queries, owner: str, host: str, pid: int,
+                 on_refused: Callable[[list[Completion]], None] | None = None,
+                 on_recorded: Callable[[list[Completion]], None] | None = None) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.q = queries
+        self.owner = owner
+        self.host = host
+        self.pid = pid
+        self.on_refused = on_refused
+        self.on_recorded = on_recorded
+        self.pending: list[Completion] = []
+        self._work = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._conn: psycopg.AsyncConnection | None = None
+        self.batches = 0
+        self.refused = 0
+
+    def submit(self, completion: Completion) -> None:
+        self.pending.append(completion)
+        self._idle.clear()
+        self._work.set()
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait until everything submitted is written; False if it could not be in time."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._work.wait()
+                self._work.clear()
+                while self.pending:
+                    batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+                    await self._write(batch)
+                self._idle.set()
+        finally:
+            if self._conn is not None:
+                await self._conn.close()
+
+    async def _write(self, batch: list[Completion]) -> None:
+        params = {
+            "ids": [c.id for c in batch], "tokens": [c.token for c in batch],
+            "statuses": [c.status for c in batch], "outcomes": [c.outcome for c in batch],
+            "delays": [c.delay for c in batch], "errors": [_clean(c.error, 4000) for c in batch],
+            "tracebacks": [_clean(c.traceback, 16000) for c in batch],
+            "results": [c.result for c in batch], "children": [c.child for c in batch],
+            "crashed": [c.crashed for c in batch], "owner": self.owner, "host": self.host,
+            "pid": self.pid,
+        }
+        failures = 0
+        while True:
+            try:
+                if self._conn is None or self._conn.closed or self._conn.broken:
+                    self._conn = await db.connect_async(self.dsn, prepare_threshold=0)
+                cur = await self._conn.execute(self.q.complete_jobs, params)
+                accepted = {row["job_id"] for row in await cur.fetchall()}
+                break
+            except Exception as exc:  # noqa: BLE001 - classified below
+                if isinstance(exc, psycopg.Error) and exc.sqlstate and not isinstance(exc, psycopg.OperationalError):
+                    # Not a connection problem: the statement itself failed. Say so loudly;
+                    # retrying the same rows would fail the same way forever.
+                    event(log, logging.ERROR, "complete.failed", error=db.first_line(exc),
+                          jobs=len(batch))
+                    return
+                failures += 1
+                event(log, logging.WARNING, "complete.retry", error=db.first_line(exc),
+                      jobs=len(batch), retry=failures)
+                await backoff_sleep(failures)
+        self.batches += 1
+        refused = [c for c in batch if c.id not in accepted]
+        if refused:
+            self.refused += len(refused)
+            event(log, logging.WARNING, "complete.refused", jobs=[c.id for c in refused][:20],
+                  count=len(refused), reason="lease lost (the guard did not match)")
+            if self.on_refused:
+                self.on_refused(refused)
+        if self.on_recorded:
+            self.on_recorded([c for c in batch if c.id in accepted])

@@ -1,0 +1,166 @@
+"""The heartbeater: a thread of the master, with its own connection, that keeps leases alive
+and is the one place that fences.
+
+Lease states of one in-flight job, as this thread sees it::
+
+    dispatched --renewed--> held --renewed--> held ...
+        |                     |
+        |  row missing from the heartbeat's answer (reaped, re-claimed, retried by hand)
+        |  or no good renewal before  last renewal + TTL - period  (monotonic clock)
+        v                     v
+      fenced: SIGUSR1 to the child (its handler sees LeaseLost), SIGKILL after a grace;
+              the master records nothing for that attempt
+
+    held --cancel_requested--> SIGUSR2 to the child (its handler sees Cancelled)
+
+A thread rather than a task so that a stalled event loop cannot let leases lapse silently;
+and conversely, when the loop has not ticked for a whole period the thread stops renewing,
+so leases are not kept alive for work whose results could not be recorded anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import psycopg
+
+from . import db
+from .logs import event
+from .policy import lease_deadline
+from .sql import Queries
+
+log = logging.getLogger("jobrun.heartbeat")
+
+
+@dataclass(frozen=True)
+class Lease:
+    id: int
+    token: int
+    child: object  # supervisor.Child: has .signal(signum) and .job
+    since: float  # monotonic time of the claim
+
+
+class Heartbeater:
+    def __init__(self, dsn: str, queries: Queries, owner: str, ttl: float,
+                 leases: Callable[[], list[Lease]], loop_alive: Callable[[float], bool],
+                 on_fence: Callable[[Lease, str], None], grace: float | None = None) -> None:
+        self.dsn = dsn
+        self.q = queries
+        self.owner = owner
+        self.ttl = ttl
+        self.period = ttl / 3.0
+        self.grace = grace if grace is not None else min(5.0, self.period)
+        self.leases = leases
+        self.loop_alive = loop_alive
+        self.on_fence = on_fence
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection | None = None
+        self._renewed: dict[tuple[int, int], float] = {}
+        self._fenced: dict[tuple[int, int], float] = {}  # -> kill deadline
+        self._cancel_sent: set[tuple[int, int]] = set()
+        self.fenced_total = 0
+        self.beats = 0
+        self.failures = 0
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._next_wait()):
+                self.tick(time.monotonic())
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+
+    def _next_wait(self) -> float:
+        # Wake for kills due before the next beat, too.
+        if self._fenced:
+            return max(0.01, min(self.period, min(self._fenced.values()) - time.monotonic()))
+        return self.period
+
+    # --- one beat -------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        leases = self.leases()
+        live = {(lease.id, lease.token) for lease in leases}
+        for key in [k for k in self._renewed if k not in live]:
+            del self._renewed[key]
+        self._cancel_sent &= live
+        self._kill_overdue(leases, now)
+        todo = [lease for lease in leases if (lease.id, lease.token) not in self._fenced]
+        if not todo:
+            return
+        if self.loop_alive(self.period):
+            self._renew(todo, now)
+        else:
+            event(log, logging.WARNING, "heartbeat.skipped", reason="event loop stalled",
+                  leases=len(todo))
+        for lease in todo:
+            last = self._renewed.get((lease.id, lease.token), lease.since)
+            if now > lease_deadline(last, self.ttl, self.period):
+                self._fence(lease, "not renewed in time", now)
+
+    def _renew(self, leases: list[Lease], now: float) -> None:
+        try:
+            if self._conn is None or self._conn.closed or self._conn.broken:
+                self._conn = db.connect(self.dsn, connect_timeout=max(1, int(self.period)))
+            rows = self._conn.execute(self.q.heartbeat, {
+                "ids": [lease.id for lease in leases], "tokens": [lease.token for lease in leases],
+                "owner": self.owner, "ttl": self.ttl}).fetchall()
+        except Exception as exc:  # noqa: BLE001 - database trouble: the deadline decides
+            self.failures += 1
+            event(log, logging.WARNING, "heartbeat.failed", error=db.first_line(exc),
+                  leases=len(leases))
+            if self._conn is not None and (self._conn.closed or self._conn.broken):
+                self._conn = None
+            return
+        self.beats += 1
+        held = {row["id"]: row["cancel_requested"] for row in rows}
+        for lease in leases:
+            key = (lease.id, lease.token)
+            if lease.id not in held:
+                self._fence(lease, "lease lost", now)
+                continue
+            self._renewed[key] = now
+            if held[lease.id] and key not in self._cancel_sent:
+                self._cancel_sent.add(key)
+                event(log, logging.INFO, "job.cancel_signalled", job=lease.id)
+                lease.child.signal(signal.SIGUSR2)
+
+    def _fence(self, lease: Lease, reason: str, now: float) -> None:
+        key = (lease.id, lease.token)
+        if key in self._fenced:
+            return
+        self._fenced[key] = now + self.grace
+        self.fenced_total += 1
+        self.on_fence(lease, reason)
+        lease.child.signal(signal.SIGUSR1)
+
+    def _kill_overdue(self, leases: list[Lease], now: float) -> None:
+        by_key = {(lease.id, lease.token): lease for lease in leases}
+        for key, deadline in list(self._fenced.items()):
+            lease = by_key.get(key)
+            if lease is None:  # the child answered (or died): the fence is complete
+                del self._fenced[key]
+            elif now >= deadline:
+                event(log, logging.ERROR, "child.fence_kill", job=key[0],
+                      reason="did not stop after LeaseLost within the grace period")
+                lease.child.signal(signal.SIGKILL)
+                self._fenced[key] = float("inf")  # killed; forgotten once the lease is gone

@@ -1,0 +1,545 @@
+"""The prefork master: wires the parts together and orders start-up and teardown.
+
+    notifier ─wake─> claimer ─job frames─> children ─result frames─> completer
+                        ^                      ^   \\                    |
+                        └──── idle child ──────┘    └─ exits (pidfd) ───┘
+    heartbeater thread: extends leases, fences lost or overdue ones
+    reaper: requeues expired leases of any master, purges old finished jobs
+
+One event loop (uvloop) in the main thread runs everything except the heartbeater. Signal
+handlers (``loop.add_signal_handler``, already a self-pipe) only call ``handle_<signal>``,
+each a small method a test can call directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import replace
+from typing import Any, Callable
+
+import psycopg
+from setproctitle import setproctitle
+
+from . import db, protocol
+from .completer import Completer, Completion
+from .config import Settings
+from .heartbeat import Heartbeater, Lease
+from .lifecycle import backoff_sleep
+from .logs import event
+from .notifier import Notifier
+from .policy import RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide
+from .reaper import Reaper
+from .sql import for_schema
+from .supervisor import Child, Inflight, Supervisor
+
+log = logging.getLogger("jobrun.master")
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_BOOT_ERROR = 3
+MAX_EARLY_DEATHS = 5
+
+
+def describe_exit(status: int) -> tuple[str, bool]:
+    """A human description of a child's exit status, and whether it was by SIGKILL."""
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"killed by {name}", -status == signal.SIGKILL
+    return f"exited with code {status}", False
+
+
+class Master:
+    def __init__(self, settings: Settings, dsn: str,
+                 reload_settings: Callable[[], Settings] | None = None) -> None:
+        self.settings = settings
+        self.dsn = dsn
+        self.reload_settings = reload_settings
+        self.q = for_schema(settings.schema)
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.owner = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
+        self.target = settings.concurrency
+        self.generation = 0
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.stopping: str | None = None  # None | "drain" | "fast"
+        self.exit_code = EXIT_OK
+        self.fenced: set[tuple[int, int]] = set()  # added to by the heartbeater thread
+        self.counters: dict[str, int] = {}
+        self._booted = False
+        self._early_deaths = 0
+        self._free_indexes: list[int] = []
+        self._next_index = 1
+        self._loop_tick = time.monotonic()
+        self._warned_memory = False
+
+    # --- wiring ---------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        self.wake_event = asyncio.Event()
+        self.done = asyncio.Event()
+        self.booted = asyncio.Event()
+        self._fast = asyncio.Event()
+        for sig, handler in ((signal.SIGTERM, self.handle_term), (signal.SIGINT, self.handle_int),
+                             (signal.SIGQUIT, self.handle_quit), (signal.SIGHUP, self.handle_hup),
+                             (signal.SIGTTIN, self.handle_ttin), (signal.SIGTTOU, self.handle_ttou)):
+            self.loop.add_signal_handler(sig, handler)
+        s = self.settings
+        self.supervisor = Supervisor(
+            self.loop, app=s.app or "", max_tasks=s.max_tasks_per_child,
+            max_memory_bytes=s.max_memory_per_child * 1024 * 1024,
+            soft_time_limit=s.soft_time_limit, env=self._child_env(),
+            on_frame=self.on_frame, on_exit=self.on_exit)
+        self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
+                                   on_refused=lambda items: self._count("refused", len(items)))
+        self.notifier = Notifier(self.dsn, self.q.channel, set(s.queues), self.wake)
+        self.reaper = Reaper(self.dsn, self.q, interval=max(0.5, min(5.0, s.lease_ttl / 3)),
+                             retention=s.retention)
+        self.heartbeater = Heartbeater(self.dsn, self.q, self.owner, s.lease_ttl,
+                                       leases=self.leases, loop_alive=self.loop_alive,
+                                       on_fence=self.on_fence_threadsafe)
+        self.claim_conn = await db.connect_async(self.dsn, prepare_threshold=0)
+        await self._check_clock()
+        for _ in range(self.target):
+            self._spawn()
+        await asyncio.wait([asyncio.ensure_future(self.booted.wait()),
+                            asyncio.ensure_future(self.done.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not self.done.is_set():
+            event(log, logging.INFO, "master.ready", app=s.app, concurrency=self.target,
+                  queues=",".join(s.queues), owner=self.owner, pid=self.pid)
+            self.completer.start()
+            self.notifier.start()
+            self.reaper.start()
+            self.heartbeater.start()
+            self._ticker = self.loop.create_task(self._tick())
+            self._claimer = self.loop.create_task(self._claim_loop())
+            await self.done.wait()
+        await self.claim_conn.close()
+        return self.exit_code
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["JOBRUN_DATABASE_URL"] = self.dsn  # for transactional handlers; never in argv
+        env["JOBRUN_SCHEMA"] = self.settings.schema
+        return env
+
+    async def _check_clock(self) -> None:
+        cur = await self.claim_conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS t")
+        skew = time.time() - (await cur.fetchone())["t"]
+        if abs(skew) > 2.0:
+            event(log, logging.WARNING, "clock.skew", seconds=round(skew, 3),
+                  note="the database clock decides persisted times; check NTP on this host")
+
+    async def _tick(self) -> None:
+        while True:
+            self._loop_tick = time.monotonic()
+            await asyncio.sleep(0.25)  # liveness stamp read by the heartbeater
+
+    def loop_alive(self, within: float) -> bool:
+        return time.monotonic() - self._loop_tick < within
+
+    def wake(self) -> None:
+        self.wake_event.set()
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    # --- children -------------------------------------------------------------------------
+
+    def _spawn(self) -> Child:
+        index = self._free_indexes.pop(0) if self._free_indexes else self._take_index()
+        return self.supervisor.spawn(index, self.generation)
+
+    def _take_index(self) -> int:
+        index, self._next_index = self._next_index, self._next_index + 1
+        return index
+
+    def _current(self) -> list[Child]:
+        return [c for c in self.supervisor.alive()
+                if c.generation == self.generation and c.state not in ("retiring", "exited")]
+
+    def _idle(self) -> list[Child]:
+        return [c for c in self.supervisor.alive()
+                if c.state == "idle" and c.generation == self.generation]
+
+    def busy(self) -> int:
+        return sum(1 for c in self.supervisor.alive() if c.job is not None)
+
+    def _title(self) -> None:
+        s = self.settings
+        setproctitle(f"jobrun-master: {s.app} c={self.target} busy={self.busy()}"
+                     f" queues={','.join(s.queues)}")
+
+    def leases(self) -> list[Lease]:
+        """In-flight jobs, for the heartbeater thread (a snapshot; safe to call from it)."""
+        out = []
+        for child in list(self.supervisor.children.values()):
+            job = child.job
+            if job is not None:
+                out.append(Lease(job.id, job.token, child, job.dispatched))
+        return out
+
+    def on_frame(self, child: Child, frame: dict[str, Any]) -> None:
+        kind = frame.get("t")
+        if kind == "ready":
+            self._on_ready(child, frame)
+        elif kind == "result":
+            self._on_result(child, frame)
+        else:
+            event(log, logging.ERROR, "child.protocol_error", child=child.index, frame=kind)
+
+    def _on_ready(self, child: Child, frame: dict[str, Any]) -> None:
+        self.tasks.update(frame.get("tasks", {}))
+        child.rss = frame.get("rss", 0)
+        self._early_deaths = 0
+        limit = self.settings.max_memory_per_child * 1024 * 1024
+        if limit and child.rss > limit and not self._warned_memory:
+            self._warned_memory = True
+            event(log, logging.WARNING, "child.over_memory_at_start", rss_mb=child.rss >> 20,
+                  limit_mb=self.settings.max_memory_per_child,
+                  note="a fresh child is already over --max-memory-per-child; not recycling for memory")
+        if child.state == "retiring" or child.generation != self.generation or self.stopping:
+            self.supervisor.stop(child)
+        else:
+            child.state = "idle"
+        if not self._booted:
+            self._booted = True
+            self.booted.set()
+        self._title()
+        self.wake()
+
+    def _on_result(self, child: Child, frame: dict[str, Any]) -> None:
+        job = child.job
+        if job is None or job.id != frame.get("id") or job.token != frame.get("token"):
+            event(log, logging.ERROR, "child.protocol_error", child=child.index,
+                  reason="result for a job it does not hold")
+            return
+        self._finish(child, job)
+        child.jobs_done += 1
+        child.rss = frame.get("rss", child.rss)
+        key = (job.id, job.token)
+        if key in self.fenced or frame.get("outcome") == "lease_lost":
+            self.fenced.discard(key)
+            self._count("fenced_results")
+        else:
+            self._settle(job, frame["outcome"], frame, child.index)
+        if frame.get("recycle"):
+            child.state = "retiring"  # it exits by itself
+            event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
+                  reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
+        elif child.state == "retiring" or child.generation != self.generation or self.stopping:
+            self.supervisor.stop(child)
+        else:
+            child.state = "idle"
+        self._title()
+        self.wake()
+
+    def _finish(self, child: Child, job: Inflight) -> None:
+        if job.timer is not None:
+            job.timer.cancel()
+        child.job = None
+
+    def _settle(self, job: Inflight, outcome: str, info: dict[str, Any], child_index: int,
+                crashed: int = 0) -> None:
+        cfg = self.tasks.get(job.task, {})
+        policy = RetryPolicy(*cfg["retry"]) if "retry" in cfg else RetryPolicy()
+        # A task's own max_attempts caps what its jobs were enqueued with.
+        max_attempts = min(job.max_attempts, cfg.get("max_attempts") or job.max_attempts)
+        fate = decide(outcome, attempts=job.attempts, max_attempts=max_attempts,
+                      crashes=job.crashes, max_crashes=cfg.get("max_crashes", 3),
+                      retry_delay=info.get("delay"), policy=policy,
+                      permanent=bool(info.get("permanent")))
+        self._count(f"outcome_{outcome}")
+        self.completer.submit(Completion(
+            id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
+            error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
+            child=child_index, crashed=crashed))
+
+    def on_exit(self, child: Child, status: int) -> None:
+        what, sigkill = describe_exit(status)
+        job = child.job
+        planned = child.state == "retiring" or child.kill_reason is not None or self.stopping
+        if job is not None:
+            self._finish(child, job)
+            key = (job.id, job.token)
+            if key in self.fenced:
+                self.fenced.discard(key)
+                self._count("fenced_results")
+            elif child.kill_reason == "timeout":
+                limit = self._time_limit(job.task)
+                self._settle(job, TIMEOUT, {"error": f"hard time limit of {limit:g}s exceeded; child {what}"},
+                             child.index)
+            elif child.kill_reason == "shutdown":
+                self._settle(job, RELEASED, {"error": "released at shutdown; child stopped"}, child.index)
+            else:
+                self._count("crashes")
+                hint = " (perhaps out of memory)" if sigkill else ""
+                event(log, logging.ERROR, "child.lost", child=child.index, pid=child.pid,
+                      job=job.id, task=job.task, status=what + hint)
+                self._settle(job, WORKER_LOST, {"error": f"child {what}{hint} while running the job"},
+                             child.index, crashed=1)
+        elif not planned:
+            level = logging.ERROR if status != 0 else logging.WARNING
+            event(log, level, "child.exit", child=child.index, pid=child.pid, status=what)
+        self._free_indexes.append(child.index)
+        self._free_indexes.sort()
+        if status == protocol.EXIT_BOOT_ERROR:
+            event(log, logging.CRITICAL, "app.load_failed", app=self.settings.app,
+                  note="the app could not be imported (see the traceback above); stopping")
+            self.exit_code = EXIT_BOOT_ERROR
+            self.handle_quit()
+            return
+        if child.state == "starting" and not planned:
+            self._early_deaths += 1
+            if self._early_deaths >= MAX_EARLY_DEATHS:
+                event(log, logging.CRITICAL, "child.start_failing", deaths=self._early_deaths)
+                self.exit_code = EXIT_FATAL
+                self.handle_quit()
+                return
+        self._replenish()
+        self._title()
+        self.wake()
+
+    def _replenish(self) -> None:
+        if self.stopping:
+            return
+        while len(self._current()) < self.target:
+            self._spawn()
+
+    def _time_limit(self, task: str) -> float:
+        cfg = self.tasks.get(task, {})
+        return cfg.get("time_limit") or self.settings.time_limit
+
+    def on_fence_threadsafe(self, lease: Lease, reason: str) -> None:
+        self.fenced.add((lease.id, lease.token))
+        self.loop.call_soon_threadsafe(self._on_fenced, lease.id, lease.token, reason)
+
+    def _on_fenced(self, job_id: int, token: int, reason: str) -> None:
+        self._count("fenced")
+        event(log, logging.WARNING, "lease.fenced", job=job_id, token=token, reason=reason)
+
+    # --- claiming -------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        failures = 0
+        s = self.settings
+        while not self.stopping:
+            try:
+                await asyncio.wait_for(self.wake_event.wait(), s.poll_interval)
+            except asyncio.TimeoutError:
+                pass
+            self.wake_event.clear()
+            if self.stopping:
+                break
+            idle = self._idle()
+            if not idle:
+                continue
+            for child in idle:
+                child.state = "reserved"
+            try:
+                cur = await self.claim_conn.execute(self.q.claim_jobs, {
+                    "queues": list(s.queues), "limit": len(idle), "owner": self.owner,
+                    "ttl": s.lease_ttl})
+                rows = await cur.fetchall()
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
+                for child in idle:
+                    if child.state == "reserved":
+                        child.state = "idle"
+                failures += 1
+                self._count("db_errors_claim")
+                event(log, logging.WARNING, "claim.failed", error=db.first_line(exc), retry=failures)
+                if self.claim_conn.closed or self.claim_conn.broken:
+                    try:
+                        self.claim_conn = await db.connect_async(self.dsn, prepare_threshold=0)
+                    except Exception:
+                        pass
+                await backoff_sleep(failures)
+                self.wake()
+                continue
+            ready = [c for c in idle if c.state == "reserved"]
+            for row in rows:
+                child = ready.pop(0) if ready else None
+                if child is None or not self._dispatch(child, row):
+                    self._release_unstarted(row)
+            for child in ready:
+                child.state = "idle"
+            if rows:
+                self._count("claimed", len(rows))
+                self._title()
+            if len(rows) == len(idle):
+                self.wake()  # there may be more
+        for child in self.supervisor.alive():
+            if child.state == "reserved":
+                child.state = "idle"
+
+    def _dispatch(self, child: Child, row: dict[str, Any]) -> bool:
+        job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
+                       attempts=row["attempts"], max_attempts=row["max_attempts"],
+                       crashes=row["crashes"], created_at=row["created_at"],
+                       dispatched=time.monotonic())
+        frame = protocol.job_frame(job.id, job.token, job.task, job.queue, job.attempts,
+                                   job.max_attempts, row["priority"], job.created_at, row["payload"])
+        child.job = job
+        child.state = "busy"
+        if not child.send(frame):
+            child.job = None
+            child.state = "retiring"
+            return False
+        limit = self._time_limit(job.task)
+        if limit:
+            job.timer = self.loop.call_later(limit, self._hard_timeout, child, job.id, job.token)
+        return True
+
+    def _release_unstarted(self, row: dict[str, Any]) -> None:
+        job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
+                       attempts=row["attempts"], max_attempts=row["max_attempts"],
+                       crashes=row["crashes"], created_at=row["created_at"], dispatched=0.0)
+        self._settle(job, RELEASED, {"error": "released before start: its child went away"}, 0)
+
+    def _hard_timeout(self, child: Child, job_id: int, token: int) -> None:
+        job = child.job
+        if job is not None and job.id == job_id and job.token == token:
+            event(log, logging.WARNING, "job.time_limit", job=job_id, task=job.task, child=child.index,
+                  limit=self._time_limit(job.task))
+            self.supervisor.kill(child, "timeout")
+
+    # --- signals (each callable from a test without sending a signal) ---------------------
+
+    def handle_term(self) -> None:
+        """Drain: stop claiming; give in-flight jobs --grace seconds; release the rest."""
+        if self.stopping:
+            self.handle_quit()
+            return
+        event(log, logging.INFO, "master.draining", grace=self.settings.grace, busy=self.busy())
+        self.stopping = "drain"
+        self.loop.create_task(self._shutdown())
+
+    handle_int = handle_term
+
+    def handle_quit(self) -> None:
+        """Fast stop: kill children now and release their jobs back to the queue."""
+        self._fast.set()
+        if self.stopping:
+            self.stopping = "fast"
+            return
+        event(log, logging.INFO, "master.stopping_fast", busy=self.busy())
+        self.stopping = "fast"
+        self.loop.create_task(self._shutdown())
+
+    def handle_hup(self) -> None:
+        """Reload settings, start a new generation of children, retire the old one gracefully."""
+        if self.stopping:
+            return
+        if self.reload_settings is not None:
+            try:
+                new = self.reload_settings()
+            except Exception as exc:  # noqa: BLE001 - keep running on a bad config
+                event(log, logging.ERROR, "reload.failed", error=str(exc))
+                return
+            keep = {"app": self.settings.app, "schema": self.settings.schema,
+                    "database_url": self.settings.database_url}
+            self.settings = replace(new, **keep)
+            self.target = self.settings.concurrency
+            self.supervisor.max_tasks = self.settings.max_tasks_per_child
+            self.supervisor.max_memory_bytes = self.settings.max_memory_per_child * 1024 * 1024
+            self.supervisor.soft_time_limit = self.settings.soft_time_limit
+            self.notifier.queues.clear()
+            self.notifier.queues.update(self.settings.queues)
+        self.generation += 1
+        event(log, logging.INFO, "master.reload", generation=self.generation, concurrency=self.target)
+        for child in self.supervisor.alive():
+            if child.generation != self.generation and child.state != "busy":
+                self.supervisor.stop(child)
+            elif child.generation != self.generation:
+                child.state = "retiring"
+        self._replenish()
+
+    def handle_ttin(self) -> None:
+        """One child more."""
+        if self.stopping:
+            return
+        self.target += 1
+        event(log, logging.INFO, "master.resize", concurrency=self.target)
+        self._replenish()
+        self._title()
+
+    def handle_ttou(self) -> None:
+        """One child fewer (an idle one if there is one), never below one."""
+        if self.stopping or self.target <= 1:
+            return
+        self.target -= 1
+        event(log, logging.INFO, "master.resize", concurrency=self.target)
+        current = self._current()
+        if len(current) > self.target:
+            victim = next((c for c in current if c.state in ("idle", "starting")), current[-1])
+            self.supervisor.stop(victim)
+        self._title()
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        claimer = getattr(self, "_claimer", None)
+        if claimer is not None:
+            claimer.cancel()
+        await self.notifier.stop()
+        if self.stopping == "drain" and self.busy():
+            waiter = self.loop.create_task(self._wait_idle())
+            fast = self.loop.create_task(self._fast.wait())
+            await asyncio.wait([waiter, fast], timeout=self.settings.grace,
+                               return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            fast.cancel()
+        for child in self.supervisor.alive():
+            if child.job is not None:
+                self.supervisor.kill(child, "shutdown")
+            elif child.state == "starting":
+                self.supervisor.kill(child, "stopping")
+            else:
+                self.supervisor.stop(child)
+        if not await self._wait_exited(5.0):
+            for child in self.supervisor.alive():
+                self.supervisor.kill(child, "stopping")
+            await self._wait_exited(5.0)
+        self.heartbeater.stop()
+        if self.completer.running and not await self.completer.drain(10.0):
+            event(log, logging.ERROR, "shutdown.unrecorded", jobs=len(self.completer.pending),
+                  note="outcomes could not be written; those leases will expire and be reaped")
+        await self.completer.stop()
+        await self.reaper.stop()
+        ticker = getattr(self, "_ticker", None)
+        if ticker is not None:
+            ticker.cancel()
+        event(log, logging.INFO, "master.stopped", exit_code=self.exit_code)
+        self.done.set()
+
+    async def _wait_idle(self) -> None:
+        while self.busy():
+            await self._changed()
+
+    async def _wait_exited(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.supervisor.alive():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed(), remaining)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+    async def _changed(self) -> None:
+        """Resolve at the next child frame or exit (both call wake())."""
+        self.wake_event.clear()
+        await self.wake_event.wait()

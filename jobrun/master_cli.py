@@ -1,0 +1,99 @@
+"""``jobrun-master``: run the prefork master.
+
+    jobrun-master -A myapp.tasks -c 16 -Q default,emails
+
+Options may also come from the config file and JOBRUN_* environment variables; flags win.
+Exit codes: 0 after a clean stop, 1 on a fatal error, 2 on bad usage, 3 when the app cannot
+be imported (so a supervisor such as systemd does not restart it in a loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Optional
+
+import typer
+
+from . import config, db, logs, migrate
+from .errors import JobrunError
+from .logs import event
+
+cli = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0] if __doc__ else None)
+
+
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+def run(
+    app: Optional[str] = typer.Option(None, "-A", "--app", help="MODULE[:ATTR] holding a jobrun.App (attr default: app)"),
+    concurrency: Optional[int] = typer.Option(None, "-c", "--concurrency", help="children (default: CPUs)"),
+    queues: Optional[str] = typer.Option(None, "-Q", "--queues", help="comma-separated queues (default: default)"),
+    dsn: Optional[str] = typer.Option(None, "--dsn", help="PostgreSQL URL (default: config, env, else embedded)"),
+    schema: Optional[str] = typer.Option(None, "--schema"),
+    poll_interval: Optional[str] = typer.Option(None, "--poll-interval", help="claim poll floor, e.g. 0.2 or 500ms"),
+    max_tasks_per_child: Optional[int] = typer.Option(None, "--max-tasks-per-child"),
+    max_memory_per_child: Optional[int] = typer.Option(None, "--max-memory-per-child", help="MiB of RSS"),
+    time_limit: Optional[str] = typer.Option(None, "--time-limit", help="hard limit per job (child killed)"),
+    soft_time_limit: Optional[str] = typer.Option(None, "--soft-time-limit", help="raises SoftTimeLimit in the handler"),
+    grace: Optional[str] = typer.Option(None, "--grace", help="drain time on SIGTERM (default 30s)"),
+    lease_ttl: Optional[str] = typer.Option(None, "--lease-ttl", help="lease length; renewed every ttl/3 (default 30s)"),
+    retention: Optional[str] = typer.Option(None, "--retention", help="purge finished jobs older than this (default 7d; 0 = never)"),
+    metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr"),
+    log_format: Optional[str] = typer.Option(None, "--log-format", help="text or json"),
+    log_level: Optional[str] = typer.Option(None, "--log-level"),
+    no_migrate: bool = typer.Option(False, "--no-migrate", help="do not apply missing migrations at start"),
+) -> None:
+    overrides = dict(app=app, concurrency=concurrency, queues=queues, database_url=dsn, schema=schema,
+                     poll_interval=poll_interval, max_tasks_per_child=max_tasks_per_child,
+                     max_memory_per_child=max_memory_per_child, time_limit=time_limit,
+                     soft_time_limit=soft_time_limit, grace=grace, lease_ttl=lease_ttl,
+                     retention=retention, metrics_addr=metrics_addr, log_format=log_format,
+                     log_level=log_level)
+    try:
+        settings = config.load(overrides)
+    except JobrunError as exc:
+        typer.echo(f"jobrun-master: error: {exc}", err=True)
+        raise typer.Exit(2)
+    if not settings.app:
+        typer.echo("jobrun-master: error: name the app with -A MODULE[:ATTR] (or app = in the config file)", err=True)
+        raise typer.Exit(2)
+    if settings.concurrency < 1:
+        typer.echo("jobrun-master: error: -c must be at least 1", err=True)
+        raise typer.Exit(2)
+    if settings.log_format not in ("text", "json"):
+        typer.echo("jobrun-master: error: --log-format is text or json", err=True)
+        raise typer.Exit(2)
+    logs.setup(settings.log_format, settings.log_level)
+    log = logging.getLogger("jobrun.master")
+    try:
+        dsn_value = config.resolve_dsn(settings)
+        if not no_migrate:
+            with db.connect(dsn_value) as conn:
+                applied = migrate.migrate(conn, settings.schema)
+            if applied:
+                event(log, logging.INFO, "schema.migrated", schema=settings.schema, versions=applied)
+    except JobrunError as exc:
+        event(log, logging.CRITICAL, "master.start_failed", error=str(exc))
+        raise typer.Exit(1)
+
+    from .master import Master
+
+    def reload() -> config.Settings:
+        return config.load(overrides)
+
+    master = Master(settings, dsn_value, reload_settings=reload)
+    try:
+        import uvloop
+
+        code = uvloop.run(master.run())
+    except ImportError:  # pragma: no cover - uvloop is a dependency; keep a fallback anyway
+        code = asyncio.run(master.run())
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    cli(prog_name="jobrun-master")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The master <-> child wire format: length-prefixed frames over a Unix socketpair.
+
+Each frame is a 4-byte big-endian length followed by a UTF-8 JSON object. The master builds
+job frames by splicing the job's payload text (as PostgreSQL returned it) into the frame, so
+it never parses or re-encodes payloads; only the child decodes them.
+
+master -> child: {"t": "job", "id", "token", "task", "queue", "attempt", "max_attempts",
+                  "priority", "created_at", "payload": <raw JSON>}
+                 {"t": "stop"}                      finish, then exit 0
+child -> master: {"t": "ready", "pid", "rss", "tasks": {name: config}}
+                 {"t": "result", "id", "token", "outcome", "result", "error", "traceback",
+                  "delay", "permanent", "rss", "recycle"}
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 64 * 1024 * 1024
+
+# Child exit codes: a protocol between child and master.
+EXIT_OK = 0
+EXIT_BOOT_ERROR = 3  # the app failed to import: the master must stop, not respawn
+EXIT_PROTOCOL_ERROR = 4
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return HEADER.pack(len(body)) + body
+
+
+def job_frame(job_id: int, token: int, task: str, queue: str, attempt: int, max_attempts: int,
+              priority: int, created_at: float, payload_text: str) -> bytes:
+    head = (
+        f'{{"t":"job","id":{job_id},"token":{token},"task":{json.dumps(task)},'
+        f'"queue":{json.dumps(queue)},"attempt":{attempt},"max_attempts":{max_attempts},'
+        f'"priority":{priority},"created_at":{created_at!r},"payload":'
+    )
+    body = head.encode() + payload_text.encode() + b"}"
+    return HEADER.pack(len(body)) + body
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    return json.loads(body)
+
+
+class FrameReader:
+    """Incremental frame parser for a non-blocking stream."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        frames = []
+        while len(self._buf) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self._buf)
+            if size > MAX_FRAME:
+                raise ValueError(f"frame of {size} bytes exceeds the limit")
+            end = HEADER.size + size
+            if len(self._buf) < end:
+                break
+            frames.append(bytes(self._buf[HEADER.size:end]))
+            del self._buf[:end]
+        return frames
+
+
+def read_frame(sock) -> bytes | None:
+    """Blocking read of one frame (child side); None on EOF."""
+    header = _read_exact(sock, HEADER.size)
+    if header is None:
+        return None
+    (size,) = HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes exceeds the limit")
+    return _read_exact(sock, size)
+
+
+def _read_exact(sock, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)

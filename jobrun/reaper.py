@@ -1,0 +1,92 @@
+"""The reaper: every master runs it; many at once are safe.
+
+Leases past their expiry on the database clock go back to ``queued`` with backoff (or
+``dead`` when attempts are spent, ``cancelled`` when cancel was requested), each guarded by
+the token it read, with a ``lease_expired`` attempt row. It also purges finished jobs older
+than the retention period, in small batches so no lock is held for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import psycopg
+
+from . import db, ops
+from .lifecycle import Service, backoff_sleep
+from .logs import event
+from .policy import DEFAULT_RETRY
+from .sql import Queries
+
+log = logging.getLogger("jobrun.reaper")
+
+
+class Reaper(Service):
+    name = "reaper"
+
+    def __init__(self, dsn: str, queries: Queries, interval: float, retention: float,
+                 purge_interval: float = 60.0, batch: int = 500) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.q = queries
+        self.interval = interval
+        self.retention = retention
+        self.purge_interval = purge_interval
+        self.batch = batch
+        self.reaped = 0
+        self.purged = 0
+        self._next_purge = 0.0
+
+    async def _run(self) -> None:
+        failures = 0
+        conn: psycopg.AsyncConnection | None = None
+        try:
+            while True:
+                try:
+                    if conn is None or conn.closed or conn.broken:
+                        conn = await db.connect_async(self.dsn)
+                    await self.reap(conn)
+                    if self.retention > 0 and time.monotonic() >= self._next_purge:
+                        await self.purge(conn)
+                        self._next_purge = time.monotonic() + self.purge_interval
+                    failures = 0
+                except Exception as exc:  # noqa: BLE001 - log, back off, go on
+                    failures += 1
+                    event(log, logging.WARNING, "reaper.failed", error=db.first_line(exc), retry=failures)
+                    await backoff_sleep(failures)
+                    continue
+                await asyncio.sleep(self.interval)  # the reaper's period
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def reap(self, conn: psycopg.AsyncConnection) -> int:
+        total = 0
+        while True:
+            cur = await conn.execute(self.q.reap_expired, {
+                "limit": self.batch, "base": DEFAULT_RETRY.base, "cap": DEFAULT_RETRY.cap})
+            ids = [row["job_id"] for row in await cur.fetchall()]
+            total += len(ids)
+            if ids:
+                event(log, logging.WARNING, "lease.expired", jobs=ids[:20], count=len(ids))
+            if len(ids) < self.batch:
+                break
+        self.reaped += total
+        return total
+
+    async def purge(self, conn: psycopg.AsyncConnection) -> int:
+        op = ops.purge(self.q, self.retention, batch=self.batch)
+        total = 0
+        try:
+            step = next(op)
+            while True:
+                cur = await conn.execute(step.query, step.params)
+                step = op.send(cur.rowcount)
+        except StopIteration as stop:
+            total = stop.value
+        if total:
+            event(log, logging.INFO, "retention.purged", jobs=total)
+        self.purged += total
+        return total

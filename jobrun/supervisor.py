@@ -1,0 +1,186 @@
+"""Child processes: the only module that starts, signals, kills or waits on them.
+
+Children are started with fork+exec (``subprocess.Popen`` of ``python -m jobrun.child``),
+never with a bare ``os.fork()`` of the master: by then the master has a heartbeat thread and
+open libpq sockets, and a forked copy would inherit held locks and share those sockets.
+Popen's C fast path execs immediately after fork, so no Python code runs in between. Each
+child gets one end of a socketpair (``pass_fds``) and nothing else.
+
+Exits are seen through a pidfd registered with the event loop (readable when the process
+ends), so a child killed by a signal is noticed at once, and signals go through
+``pidfd_send_signal``, so a recycled pid can never be hit by mistake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import protocol
+from .logs import event
+
+log = logging.getLogger("jobrun.supervisor")
+
+
+@dataclass
+class Inflight:
+    """A job handed to a child: what the master needs to record its outcome."""
+
+    id: int
+    token: int
+    task: str
+    queue: str
+    attempts: int
+    max_attempts: int
+    crashes: int
+    created_at: float
+    dispatched: float  # monotonic
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class Child:
+    index: int
+    generation: int
+    popen: subprocess.Popen
+    sock: socket.socket
+    pidfd: int
+    state: str = "starting"  # starting | idle | busy | retiring | exited
+    job: Inflight | None = None
+    kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced
+    rss: int = 0
+    jobs_done: int = 0
+    started: float = field(default_factory=time.monotonic)
+    _reader: protocol.FrameReader = field(default_factory=protocol.FrameReader)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def signal(self, signum: int) -> bool:
+        """Send a signal if the child has not been reaped; safe from any thread."""
+        with self._lock:
+            if self.pidfd < 0:
+                return False
+            try:
+                signal.pidfd_send_signal(self.pidfd, signum)
+                return True
+            except ProcessLookupError:
+                return False
+
+    def send(self, frame: bytes) -> bool:
+        try:
+            self.sock.sendall(frame)
+            return True
+        except OSError:
+            return False
+
+
+class Supervisor:
+    """Starts children and reports their frames and exits to the master's callbacks."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, app: str, max_tasks: int,
+                 max_memory_bytes: int, soft_time_limit: float, env: dict[str, str],
+                 on_frame: Callable[[Child, dict[str, Any]], None],
+                 on_exit: Callable[[Child, int], None]) -> None:
+        self.loop = loop
+        self.app = app
+        self.max_tasks = max_tasks
+        self.max_memory_bytes = max_memory_bytes
+        self.soft_time_limit = soft_time_limit
+        self.env = env
+        self.on_frame = on_frame
+        self.on_exit = on_exit
+        self.children: dict[int, Child] = {}  # by pid
+
+    def spawn(self, index: int, generation: int) -> Child:
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            fd = child_sock.fileno()
+            cmd = [sys.executable, "-m", "jobrun.child", "--fd", str(fd), "--index", str(index),
+                   "--app", self.app, "--master-pid", str(os.getpid()),
+                   "--max-tasks", str(self.max_tasks), "--max-memory", str(self.max_memory_bytes),
+                   "--soft-time-limit", str(self.soft_time_limit)]
+            # Spawned from the event-loop (main) thread: PR_SET_PDEATHSIG fires when the
+            # *thread* that created the child ends, so it must be the long-lived one.
+            popen = subprocess.Popen(cmd, pass_fds=[fd], env=self.env, stdin=subprocess.DEVNULL)
+        finally:
+            child_sock.close()
+        pidfd = os.pidfd_open(popen.pid)
+        child = Child(index=index, generation=generation, popen=popen, sock=parent_sock, pidfd=pidfd)
+        self.children[popen.pid] = child
+        self.loop.add_reader(parent_sock.fileno(), self._readable, child)
+        self.loop.add_reader(pidfd, self._exited, child)
+        return child
+
+    def _readable(self, child: Child) -> None:
+        try:
+            data = child.sock.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            # EOF: the child is exiting; its pidfd reports the status.
+            self.loop.remove_reader(child.sock.fileno())
+            return
+        try:
+            frames = child._reader.feed(data)
+        except ValueError:
+            event(log, logging.ERROR, "child.protocol_error", child=child.index, pid=child.pid)
+            self.kill(child, "protocol")
+            return
+        for body in frames:
+            self.on_frame(child, protocol.decode(body))
+
+    def _exited(self, child: Child) -> None:
+        self.loop.remove_reader(child.pidfd)
+        # Drain what the child wrote before it died (a result sent just before exiting).
+        if child.state != "exited":
+            try:
+                while True:
+                    data = child.sock.recv(65536, socket.MSG_DONTWAIT)
+                    if not data:
+                        break
+                    for body in child._reader.feed(data):
+                        self.on_frame(child, protocol.decode(body))
+            except (OSError, ValueError):
+                pass
+        try:
+            self.loop.remove_reader(child.sock.fileno())
+        except (ValueError, OSError):
+            pass
+        status = child.popen.wait()
+        with child._lock:
+            os.close(child.pidfd)
+            child.pidfd = -1
+        child.sock.close()
+        self.children.pop(child.pid, None)
+        try:
+            self.on_exit(child, status)
+        finally:
+            child.state = "exited"
+
+    def kill(self, child: Child, reason: str) -> None:
+        if child.kill_reason is None:
+            child.kill_reason = reason
+        child.signal(signal.SIGKILL)
+
+    def stop(self, child: Child) -> None:
+        """Ask a child to exit after its current job (if any)."""
+        child.state = "retiring"
+        if child.job is None:
+            child.send(protocol.encode({"t": "stop"}))
+
+    def alive(self) -> list[Child]:
+        return list(self.children.values())
