@@ -78,11 +78,20 @@ def max_attempts(value: Any) -> int | None:
 def idempotency_key(value: Any) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > KEY_MAX or "\x00" in value:
+    if (not isinstance(value, str) or not value or len(value) > KEY_MAX or "\x00" in value
+            or not (value.isascii() or _utf8_ok(value))):
         raise InvalidInput(
             f"invalid idempotency key {_show(value)}: 1 to {KEY_MAX} characters, no NUL"
         )
     return value
+
+
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
 
 
 def _has_nul(obj: Any) -> bool:
@@ -102,7 +111,16 @@ def _check_encoded(text: str, obj: Any, limit: int) -> str:
         raise InvalidInput(
             "payload holds a NUL character (\\u0000), which PostgreSQL jsonb cannot store"
         )
-    size = len(text.encode()) if not text.isascii() else len(text)
+    try:
+        size = len(text.encode()) if not text.isascii() else len(text)
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            f"payload holds {text[exc.start:exc.end]!r}, a lone surrogate that is not valid UTF-8"
+        ) from None
+    # The cap is on the JSON text as PostgreSQL renders jsonb (what the SQL functions measure),
+    # with a space after each ',' and ':' between values; that form is only built near the cap.
+    if size <= limit < size + text.count(",") + text.count(":"):
+        size = len(json.dumps(obj, ensure_ascii=False, allow_nan=False).encode())
     if size > limit:
         raise InvalidInput(f"payload is {size} bytes, over the limit of {limit} bytes")
     return text

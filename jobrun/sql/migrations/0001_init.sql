@@ -158,7 +158,7 @@ BEGIN
     END IF;
 
     SELECT p.ord INTO bad_ord FROM unnest(payloads) WITH ORDINALITY AS p(v, ord)
-     WHERE pg_column_size(p.v) > max_bytes LIMIT 1;
+     WHERE octet_length(p.v::text) > max_bytes LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'payload % is over the limit of % bytes', bad_ord, max_bytes
             USING ERRCODE = 'JR004';

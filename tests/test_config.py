@@ -1,0 +1,182 @@
+"""Settings: defaults < config file < JOBRUN_* environment < flags, and password redaction."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from jobrun import config
+from jobrun.errors import InvalidInput
+
+
+@pytest.fixture(autouse=True)
+def no_stray_config(tmp_path, monkeypatch):
+    """Run from an empty directory so no ./jobrun.toml is picked up by accident."""
+    monkeypatch.chdir(tmp_path)
+    assert not (tmp_path / "jobrun.toml").exists()
+
+
+def write(path, text: str):
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_without_any_source():
+    s = config.load({}, environ={})
+    assert s == config.Settings()
+    assert s.schema == "jobrun"
+    assert s.queues == ("default",)
+    assert s.database_url is None
+    assert s.concurrency >= 1
+
+
+def test_precedence_flags_over_env_over_file_over_defaults(tmp_path):
+    path = write(tmp_path / "cfg.toml", """
+schema = "from_file"
+grace = "2m"
+queues = ["a", "b"]
+lease_ttl = 45
+log_level = "debug"
+""")
+    env = {"JOBRUN_CONFIG": path, "JOBRUN_SCHEMA": "from_env", "JOBRUN_GRACE": "90s"}
+    flags = {"schema": "from_flag", "queues": None}  # None: flag not given
+
+    s = config.load(flags, environ=env)
+    assert s.schema == "from_flag"          # flag beats env and file
+    assert s.grace == 90.0                  # env beats file
+    assert s.queues == ("a", "b")           # file beats default (the None flag is ignored)
+    assert s.lease_ttl == 45.0              # file only
+    assert s.log_level == "debug"
+    assert s.poll_interval == config.Settings().poll_interval  # default
+
+    # Remove layers one by one: each time the next one down shows through.
+    assert config.load({}, environ=env).schema == "from_env"
+    assert config.load({}, environ={"JOBRUN_CONFIG": path}).schema == "from_file"
+    assert config.load({}, environ={}).schema == "jobrun"
+
+
+def test_empty_environment_value_is_ignored(tmp_path):
+    path = write(tmp_path / "cfg.toml", 'schema = "from_file"\n')
+    s = config.load({}, environ={"JOBRUN_CONFIG": path, "JOBRUN_SCHEMA": ""})
+    assert s.schema == "from_file"
+
+
+def test_local_jobrun_toml_is_found(tmp_path):
+    write(tmp_path / "jobrun.toml", 'schema = "local_file"\n')
+    assert config.load({}, environ={}).schema == "local_file"
+    other = write(tmp_path / "other.toml", 'schema = "explicit"\n')
+    assert config.load({}, environ={"JOBRUN_CONFIG": other}).schema == "explicit"
+
+
+def test_env_values_are_coerced():
+    s = config.load({}, environ={
+        "JOBRUN_CONCURRENCY": "7", "JOBRUN_QUEUES": "emails, default ,reports",
+        "JOBRUN_METRICS_ALLOW_REMOTE": "yes", "JOBRUN_RETENTION": "1d",
+        "JOBRUN_MAX_PAYLOAD_BYTES": "2048",
+    })
+    assert s.concurrency == 7
+    assert s.queues == ("emails", "default", "reports")
+    assert s.metrics_allow_remote is True
+    assert s.retention == 86400.0
+    assert s.max_payload_bytes == 2048
+
+
+def test_unknown_key_in_file_names_the_file(tmp_path):
+    path = write(tmp_path / "bad.toml", 'schema = "ok"\nconcurency = 4\n')
+    with pytest.raises(InvalidInput) as info:
+        config.load({}, environ={"JOBRUN_CONFIG": path})
+    assert path in str(info.value)
+    assert "concurency" in str(info.value)
+    assert "unknown setting" in str(info.value)
+
+
+def test_bad_value_in_file_names_the_file_and_the_setting(tmp_path):
+    path = write(tmp_path / "bad.toml", 'grace = "soon"\n')
+    with pytest.raises(InvalidInput) as info:
+        config.load({}, environ={"JOBRUN_CONFIG": path})
+    assert path in str(info.value)
+    assert "soon" in str(info.value)
+
+
+def test_unparsable_file_names_the_file(tmp_path):
+    path = write(tmp_path / "broken.toml", "schema = \n")
+    with pytest.raises(InvalidInput, match="cannot read config file") as info:
+        config.load({}, environ={"JOBRUN_CONFIG": path})
+    assert path in str(info.value)
+
+
+def test_jobrun_config_naming_a_missing_file_is_an_error(tmp_path):
+    missing = str(tmp_path / "nope.toml")
+    with pytest.raises(InvalidInput, match="JOBRUN_CONFIG") as info:
+        config.load({}, environ={"JOBRUN_CONFIG": missing})
+    assert missing in str(info.value)
+
+
+@pytest.mark.parametrize("env,fragment", [
+    ({"JOBRUN_CONCURRENCY": "-1"}, "JOBRUN_CONCURRENCY"),
+    ({"JOBRUN_CONCURRENCY": "many"}, "JOBRUN_CONCURRENCY"),
+    ({"JOBRUN_METRICS_ALLOW_REMOTE": "perhaps"}, "JOBRUN_METRICS_ALLOW_REMOTE"),
+    ({"JOBRUN_SCHEMA": "Bad-Schema"}, "JOBRUN_SCHEMA"),
+    ({"JOBRUN_QUEUES": " , "}, "JOBRUN_QUEUES"),
+    ({"JOBRUN_QUEUES": "ok,bad queue"}, "JOBRUN_QUEUES"),
+    ({"JOBRUN_POLL_INTERVAL": "-5s"}, "JOBRUN_POLL_INTERVAL"),
+])
+def test_bad_environment_values_name_their_source(env, fragment):
+    with pytest.raises(InvalidInput) as info:
+        config.load({}, environ=env)
+    assert fragment in str(info.value)
+
+
+def test_bool_is_not_an_integer_setting(tmp_path):
+    path = write(tmp_path / "cfg.toml", "concurrency = true\n")
+    with pytest.raises(InvalidInput, match="concurrency"):
+        config.load({}, environ={"JOBRUN_CONFIG": path})
+
+
+def test_bad_flag_names_the_flag():
+    with pytest.raises(InvalidInput, match="--max-payload-bytes"):
+        config.load({"max_payload_bytes": "lots"}, environ={})
+
+
+# --- redact --------------------------------------------------------------------------------
+
+
+def test_redact_url_and_keyword_dsns():
+    assert config.redact("postgresql://bob:hunter2@db.example:6543/app") == "db.example:6543/app"
+    assert config.redact("host=db.example port=6543 dbname=app user=bob password=hunter2") == \
+        "db.example:6543/app"
+    assert config.redact("postgresql://bob@/app?host=/run/pg&password=hunter2") == "/run/pg:5432/app"
+    assert config.redact("this is not a dsn ' password=hunter2") == "<unparsable database URL>"
+
+
+passwords = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=4,
+                    max_size=30)
+hosts = st.sampled_from(["127.0.0.1", "db.example.com", "localhost", "[::1]", "/tmp/sock"])
+
+
+@given(passwords, hosts, st.integers(min_value=1, max_value=65535),
+       st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12))
+def test_redact_never_shows_the_password_in_urls(password, host, port, dbname):
+    expected_visible = f"{host.strip('[]')}:{port}/{dbname}"
+    assume(password not in expected_visible and quote(password, safe="") not in expected_visible)
+    if host.startswith("/"):
+        url = f"postgresql://bob:{quote(password, safe='')}@/{dbname}?host={quote(host)}&port={port}"
+    else:
+        url = f"postgresql://bob:{quote(password, safe='')}@{host}:{port}/{dbname}"
+    shown = config.redact(url)
+    assert password not in shown
+    assert quote(password, safe="") not in shown
+    assert shown == expected_visible
+
+
+@given(passwords, st.integers(min_value=1, max_value=65535))
+def test_redact_never_shows_the_password_in_keyword_dsns(password, port):
+    escaped = password.replace("\\", "\\\\").replace("'", "\\'")
+    dsn = f"host=db.internal port={port} dbname=app user=bob password='{escaped}'"
+    shown = config.redact(dsn)
+    assume(password not in f"db.internal:{port}/app")
+    assert password not in shown
+    assert shown == f"db.internal:{port}/app"
