@@ -35,6 +35,7 @@ class Job:
     priority: int = 0
     token: int = 0
     created_at: float = 0.0  # epoch seconds, database clock
+    idempotency_key: str | None = None
 
 
 @dataclass
@@ -94,6 +95,8 @@ class App:
                 raise ValueError(f"task {task_name!r} is registered twice")
             if max_crashes < 1:
                 raise ValueError("max_crashes must be at least 1")
+            if transactional and inspect.iscoroutinefunction(fn):
+                raise ValueError("transactional tasks must be plain functions taking (job, tx)")
             definition = TaskDef(
                 task_name, fn, self, queue=validate.queue_name(queue),
                 max_attempts=validate.max_attempts(max_attempts), time_limit=time_limit,

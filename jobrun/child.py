@@ -30,6 +30,7 @@ from setproctitle import setproctitle
 
 from . import protocol
 from .app import App, Job, TaskDef, load_app
+from .effects import EffectRunner, from_environment
 from .errors import Cancelled, LeaseLost, Permanent, Retry, SoftTimeLimit
 from .policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, should_recycle
 
@@ -74,7 +75,10 @@ class ChildRuntime:
         self._in_handler = False
         self._pending: type[BaseException] | None = None
         self._title_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self.alive_interval = 1.0
         self._current: tuple[Job, float] | None = None
+        self.effects: EffectRunner | None = None
 
     # --- signals: raised into the running handler -----------------------------------------
 
@@ -108,16 +112,27 @@ class ChildRuntime:
                 elapsed = time.monotonic() - started
                 setproctitle(f"jobrun-child {self.index}: {job.task} job={job.id} {elapsed:.1f}s")
 
-    def _title_ticker(self) -> None:
+    def _ticker(self) -> None:
+        """While a job runs: refresh the title and tell the master this process still runs.
+
+        The master renews a job's lease only while its child keeps saying so, so a child that
+        is stopped (SIGSTOP, a debugger) or wedged lets its lease lapse and is fenced.
+        """
         while True:
-            time.sleep(1.0)  # a display refresh, not synchronisation
+            time.sleep(self.alive_interval)  # a periodic beat, not synchronisation
             if self._current is not None:
                 self._title()
+                try:
+                    self.send({"t": "alive"})
+                except OSError:
+                    return
 
     # --- running --------------------------------------------------------------------------
 
     def send(self, obj: dict[str, Any]) -> None:
-        self.sock.sendall(protocol.encode(obj))
+        frame = protocol.encode(obj)
+        with self._send_lock:  # the ticker thread sends too; frames must not interleave
+            self.sock.sendall(frame)
 
     def ready(self) -> None:
         self.send({"t": "ready", "pid": os.getpid(), "rss": self.baseline_rss,
@@ -125,7 +140,7 @@ class ChildRuntime:
 
     def serve(self) -> None:
         self._title()
-        threading.Thread(target=self._title_ticker, name="title", daemon=True).start()
+        threading.Thread(target=self._ticker, name="ticker", daemon=True).start()
         while True:
             body = protocol.read_frame(self.sock)
             if body is None:
@@ -150,7 +165,8 @@ class ChildRuntime:
         job = Job(id=frame["id"], task=frame["task"], queue=frame["queue"],
                   payload=frame["payload"], attempt=frame["attempt"],
                   max_attempts=frame["max_attempts"], priority=frame.get("priority", 0),
-                  token=frame["token"], created_at=frame.get("created_at", 0.0))
+                  token=frame["token"], created_at=frame.get("created_at", 0.0),
+                  idempotency_key=frame.get("key"))
         task = self.app.tasks.get(job.task)
         if task is None:
             known = ", ".join(sorted(self.app.tasks)) or "none"
@@ -160,7 +176,7 @@ class ChildRuntime:
         self._current = (job, time.monotonic())
         self._title()
         try:
-            return self._run_handler(task, job)
+            return self._run_handler(task, job, frame.get("owner", ""))
         except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
             # Arrived after the handler returned, while its result was being built.
             return self._interrupted(exc)
@@ -168,13 +184,17 @@ class ChildRuntime:
             self._current = None
             self._title()
 
-    def _run_handler(self, task: TaskDef, job: Job) -> dict[str, Any]:
+    def _run_handler(self, task: TaskDef, job: Job, owner: str) -> dict[str, Any]:
         soft = task.soft_time_limit or self.default_soft_limit
         self._pending = None
         try:
             self._in_handler = True
             if soft:
                 signal.setitimer(signal.ITIMER_REAL, soft)
+            if task.transactional:
+                text, skipped = self.effects.run(task, job, owner)
+                return {"outcome": SUCCEEDED, "result": text, "recorded": True,
+                        "effects_skipped": skipped}
             if task.is_async:
                 value = self._event_loop().run_until_complete(self._run_async(task, job))
             else:
@@ -242,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tasks", type=int, default=0)
     parser.add_argument("--max-memory", type=int, default=0, help="bytes")
     parser.add_argument("--soft-time-limit", type=float, default=0.0)
+    parser.add_argument("--alive-interval", type=float, default=1.0)
     args = parser.parse_args(argv)
 
     _die_with_parent(args.master_pid)
@@ -259,6 +280,8 @@ def main(argv: list[str] | None = None) -> None:
     runtime = ChildRuntime(app, sock, args.index, max_tasks=args.max_tasks,
                            max_memory=args.max_memory, soft_time_limit=args.soft_time_limit)
     runtime.app_spec = args.app
+    runtime.alive_interval = args.alive_interval
+    runtime.effects = from_environment(args.master_pid, args.index)
     runtime.install_signals()
     try:
         runtime.ready()

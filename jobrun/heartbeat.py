@@ -41,8 +41,9 @@ log = logging.getLogger("jobrun.heartbeat")
 class Lease:
     id: int
     token: int
-    child: object  # supervisor.Child: has .signal(signum) and .job
+    child: object  # supervisor.Child: has .signal(signum)
     since: float  # monotonic time of the claim
+    alive: bool = True  # the child reported itself running within the last period
 
 
 class Heartbeater:
@@ -107,29 +108,38 @@ class Heartbeater:
         todo = [lease for lease in leases if (lease.id, lease.token) not in self._fenced]
         if not todo:
             return
-        if self.loop_alive(self.period):
-            self._renew(todo, now)
-        else:
+        if not self.loop_alive(self.period):
             event(log, logging.WARNING, "heartbeat.skipped", reason="event loop stalled",
                   leases=len(todo))
+        else:
+            stalled = [lease for lease in todo if not lease.alive]
+            if stalled:
+                event(log, logging.WARNING, "heartbeat.child_silent", jobs=[lease.id for lease in stalled],
+                      note="not renewing leases of children that stopped reporting")
+            self._renew([lease for lease in todo if lease.alive], now)
         for lease in todo:
             last = self._renewed.get((lease.id, lease.token), lease.since)
             if now > lease_deadline(last, self.ttl, self.period):
                 self._fence(lease, "not renewed in time", now)
 
     def _renew(self, leases: list[Lease], now: float) -> None:
-        try:
-            if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = db.connect(self.dsn, connect_timeout=max(1, int(self.period)))
-            rows = self._conn.execute(self.q.heartbeat, {
-                "ids": [lease.id for lease in leases], "tokens": [lease.token for lease in leases],
-                "owner": self.owner, "ttl": self.ttl}).fetchall()
-        except Exception as exc:  # noqa: BLE001 - database trouble: the deadline decides
-            self.failures += 1
-            event(log, logging.WARNING, "heartbeat.failed", error=db.first_line(exc),
-                  leases=len(leases))
-            if self._conn is not None and (self._conn.closed or self._conn.broken):
-                self._conn = None
+        if not leases:
+            return
+        rows = None
+        for retry in (False, True):  # a dropped connection is retried once, at once
+            try:
+                rows = self._execute_renewal(leases)
+                break
+            except Exception as exc:  # noqa: BLE001 - database trouble: the deadline decides
+                self.failures += 1
+                broken = self._conn is None or self._conn.closed or self._conn.broken
+                event(log, logging.WARNING, "heartbeat.failed", error=db.first_line(exc),
+                      leases=len(leases), reconnect=broken and not retry)
+                if broken:
+                    self._conn = None
+                if retry or not broken:
+                    return
+        if rows is None:
             return
         self.beats += 1
         held = {row["id"]: row["cancel_requested"] for row in rows}
@@ -152,6 +162,16 @@ class Heartbeater:
         self.fenced_total += 1
         self.on_fence(lease, reason)
         lease.child.signal(signal.SIGUSR1)
+
+    def _execute_renewal(self, leases: list[Lease]) -> list[dict]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            # Bounded waits: a stuck statement must not keep this thread from fencing.
+            timeout_ms = int(max(0.5, self.period * 0.8) * 1000)
+            self._conn = db.connect(self.dsn, connect_timeout=max(1, int(self.period)),
+                                    options=f"-c statement_timeout={timeout_ms}")
+        return self._conn.execute(self.q.heartbeat, {
+            "ids": [lease.id for lease in leases], "tokens": [lease.token for lease in leases],
+            "owner": self.owner, "ttl": self.ttl}).fetchall()
 
     def _kill_overdue(self, leases: list[Lease], now: float) -> None:
         by_key = {(lease.id, lease.token): lease for lease in leases}

@@ -67,6 +67,9 @@ class Master:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.owner = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
+        # Children report "alive" this often while busy; the heartbeater renews a lease only
+        # if its child reported within one heartbeat period (ttl / 3).
+        self.alive_interval = max(0.05, min(1.0, settings.lease_ttl / 9))
         self.target = settings.concurrency
         self.generation = 0
         self.tasks: dict[str, dict[str, Any]] = {}
@@ -97,7 +100,8 @@ class Master:
         self.supervisor = Supervisor(
             self.loop, app=s.app or "", max_tasks=s.max_tasks_per_child,
             max_memory_bytes=s.max_memory_per_child * 1024 * 1024,
-            soft_time_limit=s.soft_time_limit, env=self._child_env(),
+            soft_time_limit=s.soft_time_limit, alive_interval=self.alive_interval,
+            env=self._child_env(),
             on_frame=self.on_frame, on_exit=self.on_exit)
         self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
                                    on_refused=lambda items: self._count("refused", len(items)))
@@ -183,14 +187,19 @@ class Master:
     def leases(self) -> list[Lease]:
         """In-flight jobs, for the heartbeater thread (a snapshot; safe to call from it)."""
         out = []
+        now = time.monotonic()
+        quiet = self.settings.lease_ttl / 3
         for child in list(self.supervisor.children.values()):
             job = child.job
             if job is not None:
-                out.append(Lease(job.id, job.token, child, job.dispatched))
+                alive = now - max(child.last_alive, job.dispatched) < quiet
+                out.append(Lease(job.id, job.token, child, job.dispatched, alive))
         return out
 
     def on_frame(self, child: Child, frame: dict[str, Any]) -> None:
         kind = frame.get("t")
+        if kind == "alive":
+            return  # the supervisor stamped child.last_alive
         if kind == "ready":
             self._on_ready(child, frame)
         elif kind == "result":
@@ -231,6 +240,8 @@ class Master:
         if key in self.fenced or frame.get("outcome") == "lease_lost":
             self.fenced.discard(key)
             self._count("fenced_results")
+        elif frame.get("recorded"):
+            self._count(f"outcome_{frame['outcome']}")  # the child committed it with its effects
         else:
             self._settle(job, frame["outcome"], frame, child.index)
         if frame.get("recycle"):
@@ -388,8 +399,11 @@ class Master:
                        attempts=row["attempts"], max_attempts=row["max_attempts"],
                        crashes=row["crashes"], created_at=row["created_at"],
                        dispatched=time.monotonic())
-        frame = protocol.job_frame(job.id, job.token, job.task, job.queue, job.attempts,
-                                   job.max_attempts, row["priority"], job.created_at, row["payload"])
+        frame = protocol.job_frame({
+            "id": job.id, "token": job.token, "owner": self.owner, "task": job.task,
+            "queue": job.queue, "attempt": job.attempts, "max_attempts": job.max_attempts,
+            "priority": row["priority"], "created_at": job.created_at,
+            "key": row["idempotency_key"]}, row["payload"])
         child.job = job
         child.state = "busy"
         if not child.send(frame):

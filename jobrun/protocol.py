@@ -4,12 +4,14 @@ Each frame is a 4-byte big-endian length followed by a UTF-8 JSON object. The ma
 job frames by splicing the job's payload text (as PostgreSQL returned it) into the frame, so
 it never parses or re-encodes payloads; only the child decodes them.
 
-master -> child: {"t": "job", "id", "token", "task", "queue", "attempt", "max_attempts",
-                  "priority", "created_at", "payload": <raw JSON>}
+master -> child: {"t": "job", "id", "token", "owner", "task", "queue", "attempt",
+                  "max_attempts", "priority", "created_at", "key", "payload": <raw JSON>}
                  {"t": "stop"}                      finish, then exit 0
 child -> master: {"t": "ready", "pid", "rss", "tasks": {name: config}}
                  {"t": "result", "id", "token", "outcome", "result", "error", "traceback",
-                  "delay", "permanent", "rss", "recycle"}
+                  "delay", "permanent", "rss", "recycle", "recorded"}
+                 ("recorded": a transactional handler's child wrote the outcome itself)
+                 {"t": "alive"}                    while a job runs, every --alive-interval
 """
 
 from __future__ import annotations
@@ -32,14 +34,10 @@ def encode(obj: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def job_frame(job_id: int, token: int, task: str, queue: str, attempt: int, max_attempts: int,
-              priority: int, created_at: float, payload_text: str) -> bytes:
-    head = (
-        f'{{"t":"job","id":{job_id},"token":{token},"task":{json.dumps(task)},'
-        f'"queue":{json.dumps(queue)},"attempt":{attempt},"max_attempts":{max_attempts},'
-        f'"priority":{priority},"created_at":{created_at!r},"payload":'
-    )
-    body = head.encode() + payload_text.encode() + b"}"
+def job_frame(header: dict[str, Any], payload_text: str) -> bytes:
+    """A job frame: the header fields plus the payload spliced in as raw JSON text."""
+    head = json.dumps({"t": "job", **header}, separators=(",", ":"), ensure_ascii=False)
+    body = (head[:-1] + ',"payload":' + payload_text + "}").encode()
     return HEADER.pack(len(body)) + body
 
 

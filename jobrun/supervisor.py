@@ -59,6 +59,7 @@ class Child:
     kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced
     rss: int = 0
     jobs_done: int = 0
+    last_alive: float = field(default_factory=time.monotonic)
     started: float = field(default_factory=time.monotonic)
     _reader: protocol.FrameReader = field(default_factory=protocol.FrameReader)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -90,7 +91,8 @@ class Supervisor:
     """Starts children and reports their frames and exits to the master's callbacks."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, app: str, max_tasks: int,
-                 max_memory_bytes: int, soft_time_limit: float, env: dict[str, str],
+                 max_memory_bytes: int, soft_time_limit: float, alive_interval: float,
+                 env: dict[str, str],
                  on_frame: Callable[[Child, dict[str, Any]], None],
                  on_exit: Callable[[Child, int], None]) -> None:
         self.loop = loop
@@ -98,6 +100,7 @@ class Supervisor:
         self.max_tasks = max_tasks
         self.max_memory_bytes = max_memory_bytes
         self.soft_time_limit = soft_time_limit
+        self.alive_interval = alive_interval
         self.env = env
         self.on_frame = on_frame
         self.on_exit = on_exit
@@ -110,7 +113,8 @@ class Supervisor:
             cmd = [sys.executable, "-m", "jobrun.child", "--fd", str(fd), "--index", str(index),
                    "--app", self.app, "--master-pid", str(os.getpid()),
                    "--max-tasks", str(self.max_tasks), "--max-memory", str(self.max_memory_bytes),
-                   "--soft-time-limit", str(self.soft_time_limit)]
+                   "--soft-time-limit", str(self.soft_time_limit),
+                   "--alive-interval", str(self.alive_interval)]
             # Spawned from the event-loop (main) thread: PR_SET_PDEATHSIG fires when the
             # *thread* that created the child ends, so it must be the long-lived one.
             popen = subprocess.Popen(cmd, pass_fds=[fd], env=self.env, stdin=subprocess.DEVNULL)
@@ -140,6 +144,7 @@ class Supervisor:
             event(log, logging.ERROR, "child.protocol_error", child=child.index, pid=child.pid)
             self.kill(child, "protocol")
             return
+        child.last_alive = time.monotonic()
         for body in frames:
             self.on_frame(child, protocol.decode(body))
 

@@ -150,7 +150,8 @@ UPDATE {schema}.jobs j
   FROM cand
  WHERE j.id = cand.id
 RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes, j.priority,
-          extract(epoch FROM j.created_at)::float8 AS created_at, j.payload::text AS payload
+          j.idempotency_key, extract(epoch FROM j.created_at)::float8 AS created_at,
+          j.payload::text AS payload
 
 -- name: complete_jobs
 -- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted.
@@ -219,5 +220,31 @@ WITH x AS (
 INSERT INTO {schema}.job_attempts (job_id, lease_token, attempt, started_at, outcome, error)
 SELECT u.id, u.lease_token, u.attempts, u.started_at, 'lease_expired',
        'lease expired: its holder (' || coalesce(u.lease_owner, '?') || ') stopped renewing it'
+  FROM upd u
+RETURNING job_id
+
+-- ===== transactional handlers (run by the child, on its own connection) ==================
+
+-- name: effect_claim
+-- Reserve the effect key of a transactional job in the open transaction; no row: its effects already committed.
+INSERT INTO {schema}.processed_effects (task, effect_key, job_id)
+VALUES (%(task)s, %(key)s, %(id)s)
+ON CONFLICT (task, effect_key) DO NOTHING
+RETURNING job_id
+
+-- name: complete_transactional
+-- Succeed one job inside the handler's transaction, guarded by owner, token and status; no row: the lease was lost.
+WITH upd AS (
+    UPDATE {schema}.jobs j
+       SET status = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+     WHERE j.id = %(id)s AND j.lease_token = %(token)s AND j.lease_owner = %(owner)s
+       AND j.status = 'leased'
+    RETURNING j.id, j.lease_token, j.attempts, j.started_at
+)
+INSERT INTO {schema}.job_attempts
+       (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
+        result)
+SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, %(child)s, u.started_at, 'succeeded',
+       %(result)s::jsonb
   FROM upd u
 RETURNING job_id

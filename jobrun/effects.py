@@ -1,0 +1,84 @@
+"""Exactly-once effects for transactional handlers (runs inside the child).
+
+A task declared ``transactional=True`` gets ``(job, tx)``: ``tx`` is a psycopg connection the
+child opened itself, inside an open transaction. In that same transaction the child
+
+1. reserves the effect key ``(task, idempotency key or job id)`` in ``processed_effects``
+   (an insert: a racing attempt of the same key waits on it; a key already committed means the
+   effects exist, and the handler body is skipped),
+2. runs the handler,
+3. marks the job succeeded with one attempt row, guarded by (owner, token, status='leased'),
+
+and commits all of it at once. A lost lease (the guard matches no row, or LeaseLost raised in
+the handler) rolls the effects back. So the handler's database writes happen exactly once per
+(task, key), however often the job is started. Anything the handler does outside ``tx`` (an
+HTTP call, an e-mail) remains at-least-once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .app import Job, TaskDef
+from .errors import LeaseLost
+from .sql import for_schema
+
+
+class EffectRunner:
+    def __init__(self, dsn: str | None, schema: str, host: str, master_pid: int, child: int) -> None:
+        self.dsn = dsn
+        self.q = for_schema(schema)
+        self.host = host
+        self.master_pid = master_pid
+        self.child = child
+        self._conn: psycopg.Connection | None = None
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            if not self.dsn:
+                raise RuntimeError("transactional task: the child has no database URL")
+            self._conn = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row)
+        return self._conn
+
+    def run(self, task: TaskDef, job: Job, owner: str) -> tuple[str, bool]:
+        """Run the handler and commit its effects with the job's success.
+
+        Returns (result JSON text, skipped). Raises LeaseLost when the completion guard refused
+        (everything rolled back), or whatever the handler raised (rolled back too).
+        """
+        conn = self._connection()
+        key = job.idempotency_key or str(job.id)
+        try:
+            with conn.transaction():
+                fresh = conn.execute(self.q.effect_claim,
+                                     {"task": job.task, "key": key, "id": job.id}).fetchone()
+                value = task.fn(job, conn) if fresh else None
+                text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+                done = conn.execute(self.q.complete_transactional, {
+                    "id": job.id, "token": job.token, "owner": owner, "host": self.host,
+                    "pid": self.master_pid, "child": self.child, "result": text}).fetchone()
+                if done is None:
+                    raise LeaseLost()
+            return text, not fresh
+        except BaseException:
+            # An exception raised by a signal may land mid-statement; never reuse a connection
+            # that is not cleanly idle.
+            if conn.closed or conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                try:
+                    conn.close()
+                finally:
+                    self._conn = None
+            raise
+
+
+def from_environment(master_pid: int, child: int) -> EffectRunner:
+    import socket
+
+    return EffectRunner(os.environ.get("JOBRUN_DATABASE_URL"),
+                        os.environ.get("JOBRUN_SCHEMA", "jobrun"), socket.gethostname(),
+                        master_pid, child)
