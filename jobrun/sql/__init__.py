@@ -1,7 +1,8 @@
 """Named SQL, loaded once from the .sql files beside this module.
 
-``queries.sql`` holds blocks that start with ``-- name: <name>`` followed by a one-line
-``-- <description>``. Migrations are ``migrations/NNNN_<name>.sql``. Both use ``{schema}``
+Every ``*.sql`` file here (``queries.sql``: producers, admin and the master's hot path;
+``observe.sql``: metrics, the worker registry and ``jobrun top``) holds blocks that start with
+``-- name: <name>`` followed by a one-line ``-- <description>``; names are unique across files. Migrations are ``migrations/NNNN_<name>.sql``. Both use ``{schema}``
 where the schema name goes; it is inserted by psycopg's ``sql.Identifier`` (quoted, and
 validated against a strict pattern before that), never by string formatting of user input.
 """
@@ -40,9 +41,15 @@ def _read(name: str) -> str:
 
 @lru_cache(maxsize=None)
 def raw_queries() -> dict[str, Query]:
-    source = _read("queries.sql")
-    parts = _NAME_RE.split(source)
     queries: dict[str, Query] = {}
+    files = sorted(e.name for e in resources.files(__package__).iterdir() if e.name.endswith(".sql"))
+    for filename in files:
+        _parse(_read(filename), queries)
+    return queries
+
+
+def _parse(source: str, queries: dict[str, Query]) -> None:
+    parts = _NAME_RE.split(source)
     for name, body in zip(parts[1::2], parts[2::2]):
         lines = body.strip().splitlines()
         if not lines or not lines[0].startswith("-- "):
@@ -50,7 +57,6 @@ def raw_queries() -> dict[str, Query]:
         if name in queries:
             raise RuntimeError(f"query {name} is defined twice")
         queries[name] = Query(name, lines[0][3:].strip(), "\n".join(lines[1:]).strip())
-    return queries
 
 
 @lru_cache(maxsize=None)
