@@ -77,8 +77,12 @@ class TaskDef:
 class App:
     """A registry of tasks, plus a lazily created client for ``task.enqueue``."""
 
-    def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
+    def __init__(self, dsn: str | None = None, *, schema: str | None = None,
+                 capture_print: bool = True) -> None:
+        """``capture_print``: also keep what handlers print in each attempt's log (it still
+        reaches the child's stdout)."""
         self.tasks: dict[str, TaskDef] = {}
+        self.capture_print = capture_print
         self._dsn = dsn
         self._schema = schema
         self._client = None

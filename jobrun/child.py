@@ -24,14 +24,16 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from setproctitle import setproctitle
 
 from . import protocol
 from .app import App, Job, TaskDef, load_app
+from .capture import LogCapture
 from .effects import EffectRunner, from_environment
 from .errors import Cancelled, LeaseLost, Permanent, Retry, SoftTimeLimit
+from .tracing import attempt_span
 from .policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, should_recycle
 
 PR_SET_PDEATHSIG = 1
@@ -79,6 +81,7 @@ class ChildRuntime:
         self.alive_interval = 1.0
         self._current: tuple[Job, float] | None = None
         self.effects: EffectRunner | None = None
+        self.capture = LogCapture(capture_print=app.capture_print)
 
     # --- signals: raised into the running handler -----------------------------------------
 
@@ -175,30 +178,37 @@ class ChildRuntime:
                              f" (registered: {known})"}
         self._current = (job, time.monotonic())
         self._title()
-        try:
-            return self._run_handler(task, job, frame.get("owner", ""))
-        except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
-            # Arrived after the handler returned, while its result was being built.
-            return self._interrupted(exc)
-        finally:
-            self._current = None
-            self._title()
+        with self.capture.attempt() as log:
+            try:
+                result = self._run_handler(task, job, frame.get("owner", ""),
+                                           frame.get("traceparent"), log.text)
+            except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
+                # Arrived after the handler returned, while its result was being built.
+                result = self._interrupted(exc)
+            finally:
+                self._current = None
+                self._title()
+        if not result.get("recorded"):
+            result["log"] = log.text()
+        return result
 
-    def _run_handler(self, task: TaskDef, job: Job, owner: str) -> dict[str, Any]:
+    def _run_handler(self, task: TaskDef, job: Job, owner: str, traceparent: str | None,
+                     log_text: Callable[[], str | None]) -> dict[str, Any]:
         soft = task.soft_time_limit or self.default_soft_limit
         self._pending = None
         try:
             self._in_handler = True
             if soft:
                 signal.setitimer(signal.ITIMER_REAL, soft)
-            if task.transactional:
-                text, skipped = self.effects.run(task, job, owner)
-                return {"outcome": SUCCEEDED, "result": text, "recorded": True,
-                        "effects_skipped": skipped}
-            if task.is_async:
-                value = self._event_loop().run_until_complete(self._run_async(task, job))
-            else:
-                value = task.fn(job)
+            with attempt_span(job.task, job.id, job.attempt, job.queue, traceparent):
+                if task.transactional:
+                    text, skipped = self.effects.run(task, job, owner, log_text)
+                    return {"outcome": SUCCEEDED, "result": text, "recorded": True,
+                            "effects_skipped": skipped}
+                if task.is_async:
+                    value = self._event_loop().run_until_complete(self._run_async(task, job))
+                else:
+                    value = task.fn(job)
         except Retry as exc:
             return {"outcome": RETRY, "delay": exc.delay, "error": str(exc)}
         except (LeaseLost, Cancelled, SoftTimeLimit) as exc:

@@ -47,6 +47,7 @@ class Completion:
     result: str | None = None  # JSON text
     child: int | None = None
     crashed: int = 0
+    log: str | None = None  # what the handler logged
 
 
 class Completer(Service):
@@ -54,7 +55,8 @@ class Completer(Service):
 
     def __init__(self, dsn: str, queries: Queries, owner: str, host: str, pid: int,
                  on_refused: Callable[[list[Completion]], None] | None = None,
-                 on_recorded: Callable[[list[Completion]], None] | None = None) -> None:
+                 on_recorded: Callable[[list[Completion]], None] | None = None,
+                 on_db_error: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.dsn = dsn
         self.q = queries
@@ -63,6 +65,7 @@ class Completer(Service):
         self.pid = pid
         self.on_refused = on_refused
         self.on_recorded = on_recorded
+        self.on_db_error = on_db_error
         self.pending: list[Completion] = []
         self._work = asyncio.Event()
         self._idle = asyncio.Event()
@@ -104,7 +107,8 @@ class Completer(Service):
             "delays": [c.delay for c in batch], "errors": [_clean(c.error, 4000) for c in batch],
             "tracebacks": [_clean(c.traceback, 16000) for c in batch],
             "results": [c.result for c in batch], "children": [c.child for c in batch],
-            "crashed": [c.crashed for c in batch], "owner": self.owner, "host": self.host,
+            "crashed": [c.crashed for c in batch], "logs": [c.log for c in batch],
+            "owner": self.owner, "host": self.host,
             "pid": self.pid,
         }
         failures = 0
@@ -116,6 +120,8 @@ class Completer(Service):
                 accepted = {row["job_id"] for row in await cur.fetchall()}
                 break
             except Exception as exc:  # noqa: BLE001 - classified below
+                if self.on_db_error:
+                    self.on_db_error()
                 if isinstance(exc, psycopg.Error) and exc.sqlstate and not isinstance(exc, psycopg.OperationalError):
                     # Not a connection problem: the statement itself failed. Say so loudly;
                     # retrying the same rows would fail the same way forever.

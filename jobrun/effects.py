@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 from psycopg.rows import dict_row
@@ -45,7 +45,8 @@ class EffectRunner:
             self._conn = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row)
         return self._conn
 
-    def run(self, task: TaskDef, job: Job, owner: str) -> tuple[str, bool]:
+    def run(self, task: TaskDef, job: Job, owner: str,
+            log_text: Callable[[], str | None] = lambda: None) -> tuple[str, bool]:
         """Run the handler and commit its effects with the job's success.
 
         Returns (result JSON text, skipped). Raises LeaseLost when the completion guard refused
@@ -61,7 +62,8 @@ class EffectRunner:
                 text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
                 done = conn.execute(self.q.complete_transactional, {
                     "id": job.id, "token": job.token, "owner": owner, "host": self.host,
-                    "pid": self.master_pid, "child": self.child, "result": text}).fetchone()
+                    "pid": self.master_pid, "child": self.child, "result": text,
+                    "log": log_text()}).fetchone()
                 if done is None:
                     raise LeaseLost()
             return text, not fresh

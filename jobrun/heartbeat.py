@@ -49,7 +49,8 @@ class Lease:
 class Heartbeater:
     def __init__(self, dsn: str, queries: Queries, owner: str, ttl: float,
                  leases: Callable[[], list[Lease]], loop_alive: Callable[[float], bool],
-                 on_fence: Callable[[Lease, str], None], grace: float | None = None) -> None:
+                 on_fence: Callable[[Lease, str], None], grace: float | None = None,
+                 on_db_error: Callable[[], None] | None = None) -> None:
         self.dsn = dsn
         self.q = queries
         self.owner = owner
@@ -59,6 +60,7 @@ class Heartbeater:
         self.leases = leases
         self.loop_alive = loop_alive
         self.on_fence = on_fence
+        self.on_db_error = on_db_error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection | None = None
@@ -132,6 +134,8 @@ class Heartbeater:
                 break
             except Exception as exc:  # noqa: BLE001 - database trouble: the deadline decides
                 self.failures += 1
+                if self.on_db_error:
+                    self.on_db_error()
                 broken = self._conn is None or self._conn.closed or self._conn.broken
                 event(log, logging.WARNING, "heartbeat.failed", error=db.first_line(exc),
                       leases=len(leases), reconnect=broken and not retry)

@@ -32,9 +32,11 @@ from .config import Settings
 from .heartbeat import Heartbeater, Lease
 from .lifecycle import backoff_sleep
 from .logs import event
+from .metrics import HttpServer, Metrics, parse_addr
 from .notifier import Notifier
 from .policy import RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide
 from .reaper import Reaper
+from .registry import Registry
 from .sql import for_schema
 from .supervisor import Child, Inflight, Supervisor
 
@@ -83,6 +85,9 @@ class Master:
         self._next_index = 1
         self._loop_tick = time.monotonic()
         self._warned_memory = False
+        self.metrics = Metrics()
+        self.started_at = time.time()
+        self.last_db_ok = time.monotonic()
 
     # --- wiring ---------------------------------------------------------------------------
 
@@ -103,14 +108,26 @@ class Master:
             soft_time_limit=s.soft_time_limit, alive_interval=self.alive_interval,
             env=self._child_env(),
             on_frame=self.on_frame, on_exit=self.on_exit)
+        m = self.metrics
         self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
-                                   on_refused=lambda items: self._count("refused", len(items)))
-        self.notifier = Notifier(self.dsn, self.q.channel, set(s.queues), self.wake)
+                                   on_refused=self._on_refused,
+                                   on_db_error=m.db_errors.labels("complete").inc)
+        self.notifier = Notifier(self.dsn, self.q.channel, set(s.queues), self.wake,
+                                 on_db_error=m.db_errors.labels("listen").inc)
         self.reaper = Reaper(self.dsn, self.q, interval=max(0.5, min(5.0, s.lease_ttl / 3)),
-                             retention=s.retention)
+                             retention=s.retention, on_reaped=m.expired.inc,
+                             on_db_error=m.db_errors.labels("reaper").inc)
         self.heartbeater = Heartbeater(self.dsn, self.q, self.owner, s.lease_ttl,
                                        leases=self.leases, loop_alive=self.loop_alive,
-                                       on_fence=self.on_fence_threadsafe)
+                                       on_fence=self.on_fence_threadsafe,
+                                       on_db_error=m.db_errors.labels("heartbeat").inc)
+        self.registry = Registry(self.dsn, self.q, row=self.registry_row, on_depth=m.set_depth,
+                                 on_error=m.db_errors.labels("registry").inc)
+        self.http = None
+        addr = parse_addr(s.metrics_addr, s.metrics_allow_remote)
+        if addr is not None:
+            self.http = HttpServer(addr[0], addr[1], m, health=self.health, ready=self.ready)
+            self.http.start()
         self.claim_conn = await db.connect_async(self.dsn, prepare_threshold=0)
         await self._check_clock()
         for _ in range(self.target):
@@ -124,6 +141,7 @@ class Master:
             self.completer.start()
             self.notifier.start()
             self.reaper.start()
+            self.registry.start()
             self.heartbeater.start()
             self._ticker = self.loop.create_task(self._tick())
             self._claimer = self.loop.create_task(self._claim_loop())
@@ -158,6 +176,46 @@ class Master:
     def _count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
 
+    def _on_refused(self, items: list[Completion]) -> None:
+        self._count("refused", len(items))
+        self.metrics.refused.inc(len(items))
+
+    # --- observation ----------------------------------------------------------------------
+
+    def registry_row(self) -> dict[str, Any]:
+        from . import __version__
+
+        inflight = []
+        now = time.time()
+        for child in self.supervisor.alive():
+            job = child.job
+            if job is not None:
+                started = now - (time.monotonic() - job.dispatched)
+                inflight.append({"id": job.id, "task": job.task, "child": child.index,
+                                 "pid": child.pid, "started": round(started, 3)})
+        return {"owner": self.owner, "host": self.host, "pid": self.pid, "app": self.settings.app,
+                "queues": list(self.settings.queues), "concurrency": self.target,
+                "busy": len(inflight), "version": __version__, "inflight": inflight}
+
+    def health(self) -> dict[str, Any]:
+        """Event loop alive (it is answering), database reached recently, children up."""
+        db_age = time.monotonic() - self.last_db_ok
+        live = len(self._current())
+        db_ok = db_age < max(10.0, 5 * self.settings.poll_interval)
+        ok = db_ok and live > 0 and not self.stopping
+        return {"ok": ok, "database_ok": db_ok, "seconds_since_db": round(db_age, 3),
+                "children": live, "concurrency": self.target, "stopping": bool(self.stopping)}
+
+    def ready(self) -> bool:
+        return self._booted and not self.stopping and bool(self._idle() or self.busy())
+
+    def _states(self) -> None:
+        states: dict[str, int] = {}
+        for child in self.supervisor.alive():
+            state = "busy" if child.job is not None else child.state
+            states[state] = states.get(state, 0) + 1
+        self.metrics.set_children(states)
+
     # --- children -------------------------------------------------------------------------
 
     def _spawn(self) -> Child:
@@ -180,6 +238,7 @@ class Master:
         return sum(1 for c in self.supervisor.alive() if c.job is not None)
 
     def _title(self) -> None:
+        self._states()
         s = self.settings
         setproctitle(f"jobrun-master: {s.app} c={self.target} busy={self.busy()}"
                      f" queues={','.join(s.queues)}")
@@ -241,11 +300,14 @@ class Master:
             self.fenced.discard(key)
             self._count("fenced_results")
         elif frame.get("recorded"):
-            self._count(f"outcome_{frame['outcome']}")  # the child committed it with its effects
+            # The child committed the outcome together with the handler's effects.
+            self._count(f"outcome_{frame['outcome']}")
+            self._observe(job, frame["outcome"], ran=True)
         else:
             self._settle(job, frame["outcome"], frame, child.index)
         if frame.get("recycle"):
             child.state = "retiring"  # it exits by itself
+            self.metrics.child_exits.labels(f"recycle_{frame['recycle']}").inc()
             event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
                   reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
         elif child.state == "retiring" or child.generation != self.generation or self.stopping:
@@ -271,10 +333,17 @@ class Master:
                       retry_delay=info.get("delay"), policy=policy,
                       permanent=bool(info.get("permanent")))
         self._count(f"outcome_{outcome}")
+        self._observe(job, outcome, ran=job.dispatched > 0)
         self.completer.submit(Completion(
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
             error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
-            child=child_index, crashed=crashed))
+            child=child_index, crashed=crashed, log=info.get("log")))
+
+    def _observe(self, job: Inflight, outcome: str, ran: bool) -> None:
+        self.metrics.jobs.labels(job.queue, job.task, outcome).inc()
+        if ran:
+            self.metrics.duration.labels(job.queue, job.task).observe(
+                time.monotonic() - job.dispatched)
 
     def on_exit(self, child: Child, status: int) -> None:
         what, sigkill = describe_exit(status)
@@ -287,6 +356,7 @@ class Master:
                 self.fenced.discard(key)
                 self._count("fenced_results")
             elif child.kill_reason == "timeout":
+                self.metrics.child_exits.labels("timeout").inc()
                 limit = self._time_limit(job.task)
                 self._settle(job, TIMEOUT, {"error": f"hard time limit of {limit:g}s exceeded; child {what}"},
                              child.index)
@@ -294,12 +364,14 @@ class Master:
                 self._settle(job, RELEASED, {"error": "released at shutdown; child stopped"}, child.index)
             else:
                 self._count("crashes")
+                self.metrics.child_exits.labels("crash").inc()
                 hint = " (perhaps out of memory)" if sigkill else ""
                 event(log, logging.ERROR, "child.lost", child=child.index, pid=child.pid,
                       job=job.id, task=job.task, status=what + hint)
                 self._settle(job, WORKER_LOST, {"error": f"child {what}{hint} while running the job"},
                              child.index, crashed=1)
         elif not planned:
+            self.metrics.child_exits.labels("unexpected").inc()
             level = logging.ERROR if status != 0 else logging.WARNING
             event(log, level, "child.exit", child=child.index, pid=child.pid, status=what)
         self._free_indexes.append(child.index)
@@ -337,6 +409,7 @@ class Master:
 
     def _on_fenced(self, job_id: int, token: int, reason: str) -> None:
         self._count("fenced")
+        self.metrics.fenced.inc()
         event(log, logging.WARNING, "lease.fenced", job=job_id, token=token, reason=reason)
 
     # --- claiming -------------------------------------------------------------------------
@@ -363,12 +436,14 @@ class Master:
                     "ttl": s.lease_ttl})
                 rows = await cur.fetchall()
                 failures = 0
+                self.last_db_ok = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
                 for child in idle:
                     if child.state == "reserved":
                         child.state = "idle"
                 failures += 1
                 self._count("db_errors_claim")
+                self.metrics.db_errors.labels("claim").inc()
                 event(log, logging.WARNING, "claim.failed", error=db.first_line(exc), retry=failures)
                 if self.claim_conn.closed or self.claim_conn.broken:
                     try:
@@ -387,6 +462,9 @@ class Master:
                 child.state = "idle"
             if rows:
                 self._count("claimed", len(rows))
+                self.metrics.claim_batch.observe(len(rows))
+                for row in rows:
+                    self.metrics.wait.labels(row["queue"]).observe(max(0.0, row["waited"]))
                 self._title()
             if len(rows) == len(idle):
                 self.wake()  # there may be more
@@ -403,7 +481,7 @@ class Master:
             "id": job.id, "token": job.token, "owner": self.owner, "task": job.task,
             "queue": job.queue, "attempt": job.attempts, "max_attempts": job.max_attempts,
             "priority": row["priority"], "created_at": job.created_at,
-            "key": row["idempotency_key"]}, row["payload"])
+            "key": row["idempotency_key"], "traceparent": row["traceparent"]}, row["payload"])
         child.job = job
         child.state = "busy"
         if not child.send(frame):
@@ -531,6 +609,9 @@ class Master:
                   note="outcomes could not be written; those leases will expire and be reaped")
         await self.completer.stop()
         await self.reaper.stop()
+        await self.registry.stop()
+        if self.http is not None:
+            await self.http.stop()
         ticker = getattr(self, "_ticker", None)
         if ticker is not None:
             ticker.cancel()

@@ -19,6 +19,7 @@ import typer
 from . import config, db, logs, migrate
 from .errors import JobrunError
 from .logs import event
+from .metrics import parse_addr
 
 cli = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0] if __doc__ else None)
 
@@ -38,7 +39,8 @@ def run(
     grace: Optional[str] = typer.Option(None, "--grace", help="drain time on SIGTERM (default 30s)"),
     lease_ttl: Optional[str] = typer.Option(None, "--lease-ttl", help="lease length; renewed every ttl/3 (default 30s)"),
     retention: Optional[str] = typer.Option(None, "--retention", help="purge finished jobs older than this (default 7d; 0 = never)"),
-    metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr"),
+    metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9110; off to disable)"),
+    metrics_allow_remote: bool = typer.Option(False, "--metrics-allow-remote", help="allow a non-loopback --metrics-addr"),
     log_format: Optional[str] = typer.Option(None, "--log-format", help="text or json"),
     log_level: Optional[str] = typer.Option(None, "--log-level"),
     no_migrate: bool = typer.Option(False, "--no-migrate", help="do not apply missing migrations at start"),
@@ -47,7 +49,8 @@ def run(
                      poll_interval=poll_interval, max_tasks_per_child=max_tasks_per_child,
                      max_memory_per_child=max_memory_per_child, time_limit=time_limit,
                      soft_time_limit=soft_time_limit, grace=grace, lease_ttl=lease_ttl,
-                     retention=retention, metrics_addr=metrics_addr, log_format=log_format,
+                     retention=retention, metrics_addr=metrics_addr,
+                     metrics_allow_remote=metrics_allow_remote or None, log_format=log_format,
                      log_level=log_level)
     try:
         settings = config.load(overrides)
@@ -59,6 +62,11 @@ def run(
         raise typer.Exit(2)
     if settings.concurrency < 1:
         typer.echo("jobrun-master: error: -c must be at least 1", err=True)
+        raise typer.Exit(2)
+    try:
+        parse_addr(settings.metrics_addr, settings.metrics_allow_remote)
+    except JobrunError as exc:
+        typer.echo(f"jobrun-master: error: {exc}", err=True)
         raise typer.Exit(2)
     if settings.log_format not in ("text", "json"):
         typer.echo("jobrun-master: error: --log-format is text or json", err=True)

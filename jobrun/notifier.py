@@ -22,12 +22,14 @@ log = logging.getLogger("jobrun.notifier")
 class Notifier(Service):
     name = "notifier"
 
-    def __init__(self, dsn: str, channel: str, queues: set[str], wake: Callable[[], None]) -> None:
+    def __init__(self, dsn: str, channel: str, queues: set[str], wake: Callable[[], None],
+                 on_db_error: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.dsn = dsn
         self.channel = channel
         self.queues = queues
         self.wake = wake
+        self.on_db_error = on_db_error
         self.reconnects = 0
 
     async def _run(self) -> None:
@@ -47,6 +49,8 @@ class Notifier(Service):
             except Exception as exc:  # noqa: BLE001 - whatever broke the connection: reconnect
                 failures += 1
                 self.reconnects += 1
+                if self.on_db_error:
+                    self.on_db_error()
                 event(log, logging.WARNING, "listen.lost", error=db.first_line(exc), retry=failures)
                 await backoff_sleep(failures)
             finally:

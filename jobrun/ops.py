@@ -17,6 +17,7 @@ from . import validate
 from .errors import InvalidInput, NotFound, Refused
 from .records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
 from .sql import Queries
+from .tracing import current_traceparent
 
 TERMINAL = ("succeeded", "dead", "cancelled")
 STATUSES = ("queued", "leased") + TERMINAL
@@ -61,7 +62,7 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
         "priority": validate.priority(priority), "run_at": when, "delay": secs,
         "max_attempts": validate.max_attempts(max_attempts),
         "idempotency_key": validate.idempotency_key(idempotency_key),
-        "traceparent": traceparent,
+        "traceparent": traceparent or current_traceparent(),
     }
     yield from _payload_limit_steps(q, limit)
     rows = yield Step(q.enqueue, params)
@@ -117,7 +118,7 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
         "run_ats": run_ats if any(r is not None for r in run_ats) else None,
         "max_attempts": limits if any(v is not None for v in limits) else None,
         "idempotency_keys": keys if any(k is not None for k in keys) else None,
-        "traceparents": None,
+        "traceparents": [tp] * len(tasks) if (tp := current_traceparent()) else None,
     })
     return [(row["id"], row["created"]) for row in rows]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Callable
 
 import psycopg
 
@@ -27,7 +28,9 @@ class Reaper(Service):
     name = "reaper"
 
     def __init__(self, dsn: str, queries: Queries, interval: float, retention: float,
-                 purge_interval: float = 60.0, batch: int = 500) -> None:
+                 purge_interval: float = 60.0, batch: int = 500,
+                 on_reaped: Callable[[int], None] | None = None,
+                 on_db_error: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.dsn = dsn
         self.q = queries
@@ -35,6 +38,8 @@ class Reaper(Service):
         self.retention = retention
         self.purge_interval = purge_interval
         self.batch = batch
+        self.on_reaped = on_reaped
+        self.on_db_error = on_db_error
         self.reaped = 0
         self.purged = 0
         self._next_purge = 0.0
@@ -54,6 +59,8 @@ class Reaper(Service):
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - log, back off, go on
                     failures += 1
+                    if self.on_db_error:
+                        self.on_db_error()
                     event(log, logging.WARNING, "reaper.failed", error=db.first_line(exc), retry=failures)
                     await backoff_sleep(failures)
                     continue
@@ -71,6 +78,8 @@ class Reaper(Service):
             total += len(ids)
             if ids:
                 event(log, logging.WARNING, "lease.expired", jobs=ids[:20], count=len(ids))
+                if self.on_reaped:
+                    self.on_reaped(len(ids))
             if len(ids) < self.batch:
                 break
         self.reaped += total

@@ -57,6 +57,7 @@ class AttemptRecord:
     error: str | None = None
     traceback: str | None = None
     result: Any = None
+    log: str | None = None  # what the handler logged (and printed) during this attempt
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "AttemptRecord":

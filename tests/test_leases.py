@@ -271,7 +271,8 @@ def test_stale_token_can_neither_extend_nor_finish(client, conn, schema):
     assert conn.execute(q.heartbeat, stale).fetchall() == []
     complete = {"ids": [job_id], "tokens": [first["lease_token"]], "statuses": ["succeeded"],
                 "outcomes": ["succeeded"], "delays": [0.0], "errors": [None], "tracebacks": [None],
-                "results": ["1"], "children": [1], "crashed": [0], "owner": "m1", "host": "h", "pid": 1}
+                "results": ["1"], "children": [1], "crashed": [0], "logs": [None], "owner": "m1",
+                "host": "h", "pid": 1}
     assert conn.execute(q.complete_jobs, complete).fetchall() == []
     assert job(conn, schema, job_id)["status"] == "leased"
     complete["tokens"] = [second["lease_token"]]

@@ -1,0 +1,99 @@
+-- Read-only queries for operators: `jobrun workers`, `jobrun logs` and `jobrun top`.
+-- "{schema}" is the quoted schema name; parameters are psycopg's %(name)s placeholders.
+-- Every query here is cheap enough to run once a second on a busy queue: depth comes from the
+-- partial indexes on queued and leased rows, recent activity from time-bounded ranges of the
+-- finished-jobs, job_attempts(finished_at) and created_at BRIN indexes; no query counts all
+-- history. All times are on the database clock.
+
+-- name: observe_begin_snapshot
+-- First statement of a `jobrun top` frame: every query of the frame sees the same rows and the same now(), and writes nothing.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
+-- name: observe_workers
+-- Every registered master with its uptime and silence in seconds; `stale` marks rows not seen for `stale_after` seconds.
+SELECT owner, host, pid, app, queues, concurrency, busy, version, inflight, started_at, last_seen,
+       extract(epoch FROM now() - started_at)::float8 AS uptime,
+       extract(epoch FROM now() - last_seen)::float8 AS silent_for,
+       last_seen < now() - make_interval(secs => %(stale_after)s) AS stale,
+       extract(epoch FROM now())::float8 AS db_now
+  FROM {schema}.workers
+ ORDER BY host, pid, owner
+
+-- name: observe_queues
+-- Per declared queue: runnable/scheduled/leased depth and oldest runnable age, enqueues and finishes in the last `rate_window` s, wait p50/p95 of the latest `sample` jobs finished in `wait_window` s, failed attempts in `fail_window` s.
+WITH queued AS (
+    SELECT queue,
+           count(*) FILTER (WHERE run_at <= now()) AS queued,
+           count(*) FILTER (WHERE run_at > now()) AS scheduled,
+           min(run_at) FILTER (WHERE run_at <= now()) AS oldest_runnable
+      FROM {schema}.jobs WHERE status = 'queued' GROUP BY queue
+), leased AS (
+    SELECT queue, count(*) AS leased FROM {schema}.jobs WHERE status = 'leased' GROUP BY queue
+), enqueued AS (
+    SELECT queue, count(*) AS n FROM {schema}.jobs
+     WHERE created_at > now() - make_interval(secs => %(rate_window)s) GROUP BY queue
+), finished AS (
+    SELECT queue, count(*) AS n FROM {schema}.jobs
+     WHERE status IN ('succeeded', 'dead', 'cancelled')
+       AND finished_at > now() - make_interval(secs => %(rate_window)s)
+     GROUP BY queue
+), waits AS (
+    -- Wait = claim time minus the time the job became runnable (enqueue, or its run_at when
+    -- later). For a retried job that is its last attempt's wait. A job whose run_at moved past
+    -- its last start (re-scheduled, then cancelled) has no meaningful wait and is skipped.
+    SELECT queue,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY wait) AS wait_p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY wait) AS wait_p95,
+           count(*) AS wait_sample
+      FROM (SELECT queue,
+                   extract(epoch FROM started_at - greatest(created_at, run_at))::float8 AS wait
+              FROM {schema}.jobs
+             WHERE status IN ('succeeded', 'dead', 'cancelled')
+               AND finished_at > now() - make_interval(secs => %(wait_window)s)
+               AND started_at >= greatest(created_at, run_at)
+             ORDER BY finished_at DESC
+             LIMIT %(sample)s) s
+     GROUP BY queue
+), failures AS (
+    SELECT j.queue, count(*) AS n
+      FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+     WHERE a.finished_at > now() - make_interval(secs => %(fail_window)s)
+       AND a.outcome IN ('failed', 'timeout', 'worker_lost', 'lease_expired')
+     GROUP BY j.queue
+)
+SELECT k.name AS queue, k.paused, k.concurrency,
+       coalesce(q.queued, 0) AS queued, coalesce(q.scheduled, 0) AS scheduled,
+       coalesce(l.leased, 0) AS leased,
+       extract(epoch FROM now() - q.oldest_runnable)::float8 AS oldest_age,
+       coalesce(e.n, 0) AS enqueued, coalesce(f.n, 0) AS finished,
+       w.wait_p50, w.wait_p95, coalesce(w.wait_sample, 0) AS wait_sample,
+       coalesce(x.n, 0) AS failures
+  FROM {schema}.queues k
+  LEFT JOIN queued q ON q.queue = k.name
+  LEFT JOIN leased l ON l.queue = k.name
+  LEFT JOIN enqueued e ON e.queue = k.name
+  LEFT JOIN finished f ON f.queue = k.name
+  LEFT JOIN waits w ON w.queue = k.name
+  LEFT JOIN failures x ON x.queue = k.name
+ ORDER BY k.name
+
+-- name: observe_latest_failures
+-- The newest `limit` failed attempts (failed, timeout, worker_lost, lease_expired) of the last `fail_window` s, with job task and queue.
+SELECT a.job_id AS id, j.task, j.queue, a.attempt, a.outcome, a.error, a.worker_host,
+       a.worker_pid, extract(epoch FROM now() - a.finished_at)::float8 AS age
+  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+ WHERE a.finished_at > now() - make_interval(secs => %(fail_window)s)
+   AND a.outcome IN ('failed', 'timeout', 'worker_lost', 'lease_expired')
+ ORDER BY a.finished_at DESC, a.job_id DESC
+ LIMIT %(limit)s
+
+-- name: observe_attempt_logs
+-- The finished attempts of one job, oldest first, with their captured logs (all, or those numbered `attempt`), plus the job's status.
+SELECT j.id AS job_id, j.task, j.status, a.lease_token, a.attempt, a.outcome, a.worker_host,
+       a.worker_pid, a.worker_child, a.started_at, a.finished_at, a.error, a.log
+  FROM {schema}.jobs j
+  LEFT JOIN {schema}.job_attempts a
+         ON a.job_id = j.id AND (%(attempt)s::integer IS NULL OR a.attempt = %(attempt)s)
+ WHERE j.id = %(id)s
+ ORDER BY a.lease_token
+

@@ -150,8 +150,8 @@ UPDATE {schema}.jobs j
   FROM cand
  WHERE j.id = cand.id
 RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes, j.priority,
-          j.idempotency_key, extract(epoch FROM j.created_at)::float8 AS created_at,
-          j.payload::text AS payload
+          j.idempotency_key, j.traceparent, extract(epoch FROM j.created_at)::float8 AS created_at,
+          extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload
 
 -- name: complete_jobs
 -- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted.
@@ -159,8 +159,8 @@ WITH r AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[],
                          %(outcomes)s::text[], %(delays)s::float8[], %(errors)s::text[],
                          %(tracebacks)s::text[], %(results)s::text[], %(children)s::integer[],
-                         %(crashed)s::integer[])
-           AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed)
+                         %(crashed)s::integer[], %(logs)s::text[])
+           AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed, log)
 ), upd AS (
     UPDATE {schema}.jobs j
        SET status = CASE WHEN r.status = 'queued' AND j.cancel_requested THEN 'cancelled'
@@ -178,9 +178,9 @@ WITH r AS (
 )
 INSERT INTO {schema}.job_attempts
        (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
-        error, traceback, result)
+        error, traceback, result, log)
 SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, r.child, u.started_at, r.outcome,
-       r.error, r.traceback, r.result::jsonb
+       r.error, r.traceback, r.result::jsonb, r.log
   FROM upd u JOIN r ON r.id = u.id
 RETURNING job_id
 
@@ -243,8 +243,38 @@ WITH upd AS (
 )
 INSERT INTO {schema}.job_attempts
        (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
-        result)
+        result, log)
 SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, %(child)s, u.started_at, 'succeeded',
-       %(result)s::jsonb
+       %(result)s::jsonb, %(log)s
   FROM upd u
 RETURNING job_id
+
+-- ===== written by the master for observers ================================================
+
+-- name: registry_upsert
+-- Insert or refresh this master's row in the worker registry.
+INSERT INTO {schema}.workers (owner, host, pid, app, queues, concurrency, busy, version, inflight)
+VALUES (%(owner)s, %(host)s, %(pid)s, %(app)s, %(queues)s, %(concurrency)s, %(busy)s,
+        %(version)s, %(inflight)s::jsonb)
+ON CONFLICT (owner) DO UPDATE
+   SET queues = EXCLUDED.queues, concurrency = EXCLUDED.concurrency, busy = EXCLUDED.busy,
+       inflight = EXCLUDED.inflight, last_seen = now()
+
+-- name: registry_delete
+-- Remove this master's row at shutdown.
+DELETE FROM {schema}.workers WHERE owner = %(owner)s
+
+-- name: registry_purge_stale
+-- Drop registry rows of masters not seen for `stale` seconds (they died without saying so).
+DELETE FROM {schema}.workers WHERE last_seen < now() - make_interval(secs => %(stale)s)
+
+-- name: metrics_queue_depth
+-- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes.
+SELECT k.name AS queue,
+       (SELECT count(*) FROM {schema}.jobs j
+         WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at <= now()) AS queued,
+       (SELECT count(*) FROM {schema}.jobs j
+         WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at > now()) AS scheduled,
+       (SELECT count(*) FROM {schema}.jobs j
+         WHERE j.status = 'leased' AND j.queue = k.name) AS leased
+  FROM {schema}.queues k

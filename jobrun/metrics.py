@@ -1,0 +1,171 @@
+"""Prometheus metrics and the master's HTTP endpoints (/metrics, /healthz, /readyz).
+
+Children report through the master (their results carry what is measured), so there are no
+multiprocess metric files. Label values are bounded: queue and task names (a closed set
+declared by the app and the queues table), outcomes and reasons (fixed vocabularies), never
+a job id. Queue depth comes from a cache that the registry service refreshes every few seconds
+with one cheap query, never computed per scrape.
+
+The HTTP server runs on the master's event loop, so /healthz answering at all means the loop
+is alive. It binds a loopback address unless explicitly allowed otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import platform
+import socket
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from .errors import InvalidInput
+from .lifecycle import Service
+from .logs import event
+
+log = logging.getLogger("jobrun.metrics")
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        from . import __version__
+
+        disable_created_metrics()  # no *_created series: they double the output for nothing
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.queue_depth = Gauge("jobrun_queue_depth", "Jobs per queue and status (cached)",
+                                 ["queue", "status"], registry=r)
+        self.jobs = Counter("jobrun_jobs", "Attempts ended, by outcome", ["queue", "task", "outcome"],
+                            registry=r)
+        self.duration = Histogram("jobrun_job_duration_seconds", "Attempt run time in the child",
+                                  ["queue", "task"], buckets=DURATION_BUCKETS, registry=r)
+        self.wait = Histogram("jobrun_job_wait_seconds",
+                              "From runnable (enqueue, or run_at) to claim", ["queue"],
+                              buckets=WAIT_BUCKETS, registry=r)
+        self.children = Gauge("jobrun_children", "Child processes by state", ["state"], registry=r)
+        self.child_exits = Counter("jobrun_child_exits", "Child exits by reason", ["reason"],
+                                   registry=r)
+        self.fenced = Counter("jobrun_lease_fenced", "Leases this master fenced", registry=r)
+        self.expired = Counter("jobrun_lease_expired", "Expired leases reaped by this master",
+                               registry=r)
+        self.refused = Counter("jobrun_completion_refused",
+                               "Outcomes the fencing guard refused (lease lost)", registry=r)
+        self.claim_batch = Histogram("jobrun_claim_batch_size", "Jobs per claim statement",
+                                     buckets=BATCH_BUCKETS, registry=r)
+        self.db_errors = Counter("jobrun_db_errors", "Database errors by operation", ["op"],
+                                 registry=r)
+        self.build = Gauge("jobrun_build_info", "jobrun build", ["version", "python"], registry=r)
+        self.build.labels(__version__, platform.python_version()).set(1)
+
+    def set_children(self, states: dict[str, int]) -> None:
+        for state in ("starting", "idle", "busy", "retiring"):
+            self.children.labels(state).set(states.get(state, 0))
+
+    def set_depth(self, rows: list[dict]) -> None:
+        self.queue_depth.clear()
+        for row in rows:
+            for status in ("queued", "scheduled", "leased"):
+                self.queue_depth.labels(row["queue"], status).set(row[status])
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def parse_addr(addr: str, allow_remote: bool) -> tuple[str, int] | None:
+    """'host:port' -> (host, port); '' or 'off' -> None. Refuses non-loopback unless allowed."""
+    if addr.strip().lower() in ("", "off", "none", "0"):
+        return None
+    host, sep, port_text = addr.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise InvalidInput(f"invalid metrics address {addr!r}: use HOST:PORT, e.g. 127.0.0.1:9110")
+    if not allow_remote and not _is_loopback(host):
+        raise InvalidInput(
+            f"refusing to serve metrics on {host}, which is not a loopback address"
+            " (set metrics_allow_remote = true, or --metrics-allow-remote, to allow it)")
+    return host, int(port_text)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class HttpServer(Service):
+    """A small HTTP/1.1 server: GET /metrics, /healthz, /readyz; anything else 404."""
+
+    name = "http"
+
+    def __init__(self, host: str, port: int, metrics: Metrics,
+                 health: Callable[[], dict], ready: Callable[[], bool]) -> None:
+        super().__init__()
+        self.host, self.port = host, port
+        self.metrics = metrics
+        self.health = health
+        self.ready = ready
+        self.bound: tuple[str, int] | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._started = asyncio.Event()
+
+    async def _run(self) -> None:
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port,
+                                                      reuse_address=True)
+        except OSError as exc:
+            event(log, logging.ERROR, "metrics.bind_failed", addr=f"{self.host}:{self.port}",
+                  error=str(exc))
+            self._started.set()
+            return
+        sock = self._server.sockets[0]
+        self.bound = sock.getsockname()[:2]
+        event(log, logging.INFO, "metrics.listening", addr=f"{self.bound[0]}:{self.bound[1]}")
+        self._started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self._server.close()
+
+    async def started(self) -> None:
+        await self._started.wait()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), 5)
+            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
+                pass
+            parts = request.decode("latin-1").split()
+            path = parts[1].split("?")[0] if len(parts) >= 2 else ""
+            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
+            elif path == "/metrics":
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
+            elif path == "/healthz":
+                report = self.health()
+                status = "200 OK" if report.get("ok") else "503 Service Unavailable"
+                ctype, body = "application/json", json.dumps(report).encode() + b"\n"
+            elif path == "/readyz":
+                ok = self.ready()
+                status = "200 OK" if ok else "503 Service Unavailable"
+                ctype, body = "text/plain", b"ready\n" if ok else b"not ready\n"
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
+            head = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            writer.write(head + (body if parts and parts[0] != "HEAD" else b""))
+            await writer.drain()
+        except (asyncio.TimeoutError, ConnectionError, socket.error):
+            pass
+        finally:
+            writer.close()

@@ -1,0 +1,84 @@
+"""The worker registry and the queue-depth cache, refreshed every few seconds.
+
+Each master keeps one row in ``workers`` (host, pid, app, queues, concurrency, busy children,
+in-flight jobs, version, started, last seen) and deletes it when it stops; rows of masters
+that died without a word go stale and are purged by any master. The same loop refreshes the
+cached queue depth that /metrics serves, so a scrape never queries the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Callable
+
+import psycopg
+
+from . import db
+from .lifecycle import Service, backoff_sleep
+from .logs import event
+from .sql import Queries
+
+log = logging.getLogger("jobrun.registry")
+STALE_AFTER = 30.0
+
+
+class Registry(Service):
+    name = "registry"
+
+    def __init__(self, dsn: str, queries: Queries, row: Callable[[], dict],
+                 on_depth: Callable[[list[dict]], None], interval: float = 2.0,
+                 on_error: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.q = queries
+        self.row = row
+        self.on_depth = on_depth
+        self.interval = interval
+        self.on_error = on_error
+        self._conn: psycopg.AsyncConnection | None = None
+
+    async def _connection(self) -> psycopg.AsyncConnection:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = await db.connect_async(self.dsn)
+        return self._conn
+
+    async def refresh(self) -> None:
+        conn = await self._connection()
+        row = self.row()
+        row["inflight"] = json.dumps(row["inflight"])
+        await conn.execute(self.q.registry_upsert, row)
+        await conn.execute(self.q.registry_purge_stale, {"stale": STALE_AFTER})
+        cur = await conn.execute(self.q.metrics_queue_depth)
+        self.on_depth(await cur.fetchall())
+
+    async def _run(self) -> None:
+        failures = 0
+        try:
+            while True:
+                try:
+                    await self.refresh()
+                    failures = 0
+                except Exception as exc:  # noqa: BLE001 - log, back off, go on
+                    failures += 1
+                    if self.on_error:
+                        self.on_error()
+                    event(log, logging.WARNING, "registry.failed", error=db.first_line(exc),
+                          retry=failures)
+                    await backoff_sleep(failures)
+                    continue
+                await asyncio.sleep(self.interval)  # the refresh period
+        finally:
+            await self._leave()
+
+    async def _leave(self) -> None:
+        try:
+            conn = await self._connection()
+            await conn.execute(self.q.registry_delete, {"owner": self.row()["owner"]})
+        except Exception as exc:  # noqa: BLE001 - the row goes stale and is purged anyway
+            event(log, logging.WARNING, "registry.leave_failed", error=db.first_line(exc))
+        finally:
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
