@@ -1,0 +1,78 @@
+"""The heartbeater's fencing decisions, driven by an injected clock (no threads, no database:
+with the event loop reported stalled, it renews nothing and only the deadlines decide)."""
+
+from __future__ import annotations
+
+import signal
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobrun.heartbeat import Heartbeater, Lease
+from jobrun.policy import lease_deadline
+from jobrun.sql import for_schema
+
+
+class FakeChild:
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+
+    def signal(self, signum: int) -> bool:
+        self.signals.append(signum)
+        return True
+
+
+def make(ttl: float, leases: list[Lease], fences: list) -> Heartbeater:
+    return Heartbeater(None, for_schema("jobrun"), "owner", ttl, leases=lambda: list(leases),
+                       loop_alive=lambda period: False,
+                       on_fence=lambda lease, reason: fences.append((lease.id, reason)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ttl=st.floats(0.3, 120), since=st.floats(0, 1e6),
+       steps=st.lists(st.floats(0.001, 30), min_size=1, max_size=60))
+def test_fence_at_deadline_then_kill_after_grace(ttl, since, steps):
+    child = FakeChild()
+    lease = Lease(1, 7, child, since)
+    fences: list = []
+    hb = make(ttl, [lease], fences)
+    deadline = lease_deadline(since, ttl, hb.period)
+    now = since
+    fenced_at = None
+    for step in steps:
+        now += step
+        hb.tick(now)
+        if now > deadline and fenced_at is None:
+            fenced_at = now
+        if fenced_at is None:
+            assert child.signals == [] and fences == []  # never before the deadline
+        else:
+            assert child.signals[0] == signal.SIGUSR1 and fences == [(1, "not renewed in time")]
+            killed = now >= fenced_at + hb.grace
+            assert child.signals == ([signal.SIGUSR1, signal.SIGKILL] if killed else [signal.SIGUSR1])
+    assert hb.fenced_total == (1 if fenced_at is not None else 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ttl=st.floats(0.3, 60), gap=st.floats(0.001, 10))
+def test_a_lease_that_ends_before_the_kill_is_not_killed(ttl, gap):
+    child = FakeChild()
+    leases = [Lease(1, 1, child, 0.0)]
+    fences: list = []
+    hb = make(ttl, leases, fences)
+    hb.tick(ttl)  # past the deadline: fenced
+    assert child.signals == [signal.SIGUSR1]
+    leases.clear()  # the child answered LeaseLost (or died): the master dropped the job
+    hb.tick(ttl + hb.grace + gap)
+    assert child.signals == [signal.SIGUSR1] and hb._fenced == {}
+
+
+def test_each_lease_is_judged_on_its_own_clock():
+    early, late = FakeChild(), FakeChild()
+    fences: list = []
+    hb = make(3.0, [Lease(1, 1, early, 0.0), Lease(2, 1, late, 10.0)], fences)
+    hb.tick(2.5)  # deadline of the first: 0 + 3 - 1 = 2
+    assert early.signals == [signal.SIGUSR1] and late.signals == []
+    hb.tick(12.5)
+    assert late.signals == [signal.SIGUSR1] and early.signals[-1] == signal.SIGKILL
+    assert [f[0] for f in fences] == [1, 2]
