@@ -454,12 +454,15 @@ class Master:
                 self.wake()
                 continue
             ready = [c for c in idle if c.state == "reserved"]
+            orphans = []
             for row in rows:
                 child = ready.pop(0) if ready else None
                 if child is None or not self._dispatch(child, row):
-                    self._release_unstarted(row)
+                    orphans.append(row)
             for child in ready:
                 child.state = "idle"
+            if orphans:
+                await self._unclaim(orphans)
             if rows:
                 self._count("claimed", len(rows))
                 self.metrics.claim_batch.observe(len(rows))
@@ -493,11 +496,14 @@ class Master:
             job.timer = self.loop.call_later(limit, self._hard_timeout, child, job.id, job.token)
         return True
 
-    def _release_unstarted(self, row: dict[str, Any]) -> None:
-        job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
-                       attempts=row["attempts"], max_attempts=row["max_attempts"],
-                       crashes=row["crashes"], created_at=row["created_at"], dispatched=0.0)
-        self._settle(job, RELEASED, {"error": "released before start: its child went away"}, 0)
+    async def _unclaim(self, rows: list[dict[str, Any]]) -> None:
+        """Give back jobs claimed for children that went away before they could take them."""
+        for row in rows:
+            try:
+                await self.claim_conn.execute(self.q.unclaim, {
+                    "id": row["id"], "token": row["lease_token"], "owner": self.owner})
+            except Exception as exc:  # noqa: BLE001 - the lease then expires and is reaped
+                event(log, logging.WARNING, "unclaim.failed", job=row["id"], error=db.first_line(exc))
 
     def _hard_timeout(self, child: Child, job_id: int, token: int) -> None:
         job = child.job

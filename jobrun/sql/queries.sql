@@ -278,3 +278,10 @@ SELECT k.name AS queue,
        (SELECT count(*) FROM {schema}.jobs j
          WHERE j.status = 'leased' AND j.queue = k.name) AS leased
   FROM {schema}.queues k
+
+-- name: unclaim
+-- Give back a job this master claimed but could not hand to a child: it never started, so its attempt is not counted.
+UPDATE {schema}.jobs
+   SET status = 'queued', attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
+       started_at = NULL
+ WHERE id = %(id)s AND lease_token = %(token)s AND lease_owner = %(owner)s AND status = 'leased'
