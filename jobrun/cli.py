@@ -252,10 +252,10 @@ def get(ctx: typer.Context, job_id: JobId,
             "--attempts", help="Include the recorded attempts (as \"history\").")] = False,
         dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Show one job as JSON."""
-    s = _session(ctx, dsn, schema, as_json)
-    out = s.client().get(job_id).to_dict()
-    if attempts:  # with each attempt's captured log
-        out["history"] = s.source().run(observe.attempt_history, job_id)
+    client = _session(ctx, dsn, schema, as_json).client()
+    out = client.get(job_id).to_dict()
+    if attempts:  # each with its captured "log"
+        out["history"] = [a.to_dict() for a in client.attempts(job_id)]
     _emit(out)
 
 

@@ -43,8 +43,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import db
-from .errors import NotFound
-from .records import AttemptRecord
+from .errors import JobrunError, NotFound
 from .sql import Queries
 
 STALE_AFTER = 30.0   # a registry row older than this is a master that died without a word
@@ -54,6 +53,7 @@ WAIT_SAMPLE = 2000
 FAIL_WINDOW = 300.0
 FAILURE_ROWS = 8
 SORTS = ("queue", "queued", "oldest", "done/s", "failures")
+_TEXT_COLUMNS = {"queue", "host", "queues", "version", "task", "outcome", "error", "master"}
 
 
 # --- data ---------------------------------------------------------------------------------
@@ -205,12 +205,6 @@ def attempt_logs(conn: psycopg.Connection, q: Queries, job_id: int,
     return rows[0]["status"], found
 
 
-def attempt_history(conn: psycopg.Connection, q: Queries, job_id: int) -> list[dict[str, Any]]:
-    """Every recorded attempt as ``AttemptRecord.to_dict()`` plus its captured ``log``."""
-    rows = conn.execute(q.get_attempts, {"id": job_id}).fetchall()
-    return [{**AttemptRecord.from_row(r).to_dict(), "log": r.get("log")} for r in rows]
-
-
 class Source:
     """The observer's one connection: opened lazily, reopened after it breaks; errors translated."""
 
@@ -267,8 +261,8 @@ def _sort_key(sort: str) -> Callable[[QueueView], Any]:
 def _grid(title: str, *columns: str) -> Table:
     table = Table(*columns, title=title, title_justify="left", title_style="bold",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for col in table.columns[1:]:
-        col.justify = "right"
+    for col in table.columns:
+        col.justify = "left" if col.header in _TEXT_COLUMNS else "right"
     return table
 
 
@@ -284,9 +278,9 @@ def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
     if paused:
         head.append("  PAUSED", "bold reverse")
     parts: list[RenderableType] = [head, Text(
-        f"rates: per second over the last {RATE_WINDOW:g} s (in: enqueued, done: finished); "
-        f"wait: runnable->started, latest {WAIT_SAMPLE} jobs finished in {WAIT_WINDOW / 60:g} min"
-        f"; fail: failed attempts in {FAIL_WINDOW / 60:g} min", style="dim")]
+        f"rates: jobs/s over the last {RATE_WINDOW:g} s (in: enqueued, done: finished); "
+        f"wait: runnable->start, last {WAIT_SAMPLE} done in {WAIT_WINDOW / 60:g} min; "
+        f"fail: failed attempts, {FAIL_WINDOW / 60:g} min", style="dim")]
     if error:
         parts.append(Text(f"error: {error}", style="bold red"))
     if snap is None:
@@ -299,7 +293,7 @@ def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
                    str(v.leased), duration(v.oldest_age), _rate(v.enqueued_per_s),
                    _rate(v.done_per_s), duration(v.wait_p50), duration(v.wait_p95),
                    Text(str(v.failures), style="red" if v.failures else ""))
-    parts.append(qt)
+    parts += [Text(""), qt]
 
     stale = f", {snap.stale_masters} stale hidden" if snap.stale_masters else ""
     mt = _grid(f"Masters ({len(snap.masters)} live{stale})", "host", "pid", "busy", "queues",
@@ -307,16 +301,15 @@ def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
     for m in snap.masters:
         mt.add_row(m.host, str(m.pid), f"{m.busy}/{m.concurrency}", ",".join(m.queues),
                    m.version or "", duration(m.uptime), duration(m.last_seen_ago) + " ago")
-    parts.append(mt if snap.masters else Text(f"Masters: none live{stale}", style="bold"))
+    parts += [Text(""), mt if snap.masters else Text(f"Masters: none live{stale}", style="bold")]
 
     ft = _grid(f"Latest failures ({FAIL_WINDOW / 60:g} min)", "when", "task", "id", "attempt",
                "outcome", "error")
     for f in snap.failures:
         ft.add_row(duration(f.age) + " ago", f.task, str(f.id), str(f.attempt), f.outcome, f.error)
-    ft.columns[5].justify = "left"
     ft.columns[5].overflow = "ellipsis"
     ft.columns[5].no_wrap = True
-    parts.append(ft if snap.failures else Text("Latest failures: none", style="bold"))
+    parts += [Text(""), ft if snap.failures else Text("Latest failures: none", style="bold")]
 
     jobs = snap.inflight
     shown = jobs if max_inflight is None else jobs[:max(0, max_inflight)]
@@ -326,7 +319,7 @@ def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
         it.add_row(j.task, str(j.job_id), "" if j.child is None else str(j.child),
                    "" if j.pid is None else str(j.pid), duration(j.elapsed),
                    f"{j.host}:{j.master_pid}")
-    parts.append(it if jobs else Text("In flight: none", style="bold"))
+    parts += [Text(""), it if jobs else Text("In flight: none", style="bold")]
     return Group(*parts)
 
 
@@ -364,6 +357,14 @@ def _signal_wakeups(signals: tuple[int, ...]) -> Iterator[tuple[int, set[int]]]:
         os.close(w)
 
 
+def _rows_left(console: Console, snap: Snapshot | None) -> int | None:
+    """Rows the in-flight table may use so the frame fits the screen (it is drawn last)."""
+    if snap is None:
+        return None
+    fixed = 20 + len(snap.queues) + len(snap.masters) + len(snap.failures)  # text + table chrome
+    return console.size.height - fixed
+
+
 def watch(fetch: Callable[[], Snapshot], *, interval: float = 1.0, target: str = "",
           console: Console | None = None, keys_fd: int | None = None) -> None:
     """Run the live view until ``q``, ^C, SIGTERM or SIGHUP. ``s`` cycles the queue sort,
@@ -381,13 +382,12 @@ def watch(fetch: Callable[[], Snapshot], *, interval: float = 1.0, target: str =
                 if not paused and time.monotonic() >= due:
                     try:
                         snap, error = fetch(), None
-                    except Exception as exc:  # noqa: BLE001 - shown on screen, retried
-                        error = first_line(str(exc)) or type(exc).__name__
+                    except JobrunError as exc:  # shown on screen, retried next period
+                        error = first_line(str(exc))
                     due = time.monotonic() + interval
-                budget = console.size.height - 16 - len(snap.queues) - len(snap.masters) \
-                    - len(snap.failures) if snap else None
                 live.update(render(snap, sort=SORTS[sort], paused=paused, interval=interval,
-                                   target=target, error=error, max_inflight=budget), refresh=True)
+                                   target=target, error=error,
+                                   max_inflight=_rows_left(console, snap)), refresh=True)
                 timeout = None if paused else max(0.0, due - time.monotonic())
                 fds = [wake] + ([keys_fd] if keys_fd is not None else [])
                 ready, _, _ = select.select(fds, [], [], timeout)
@@ -397,7 +397,10 @@ def watch(fetch: Callable[[], Snapshot], *, interval: float = 1.0, target: str =
                         return
                     got.clear()
                 if keys_fd in ready:
-                    for key in os.read(keys_fd, 64).decode(errors="replace").lower():
+                    keys = os.read(keys_fd, 64)
+                    if not keys:  # the terminal went away
+                        return
+                    for key in keys.decode(errors="replace").lower():
                         if key == "q":
                             return
                         if key == "s":
