@@ -21,5 +21,8 @@ ALTER TABLE {schema}.job_attempts ADD COLUMN log text;
 
 -- Recent completions (rates, wait percentiles) without scanning all history.
 CREATE INDEX job_attempts_finished ON {schema}.job_attempts (finished_at);
+-- Recent failures (jobrun top) without reading every recent success.
+CREATE INDEX job_attempts_failed ON {schema}.job_attempts (finished_at)
+    WHERE outcome IN ('failed', 'timeout', 'worker_lost', 'lease_expired');
 -- Recent enqueues: created_at follows insertion order, so a BRIN index stays tiny and cheap.
 CREATE INDEX jobs_created_brin ON {schema}.jobs USING brin (created_at);
