@@ -162,6 +162,12 @@ class Heartbeater:
         key = (lease.id, lease.token)
         if key in self._fenced:
             return
+        # The snapshot may be older than the job's result: a job completed while the renewal
+        # ran is missing from its answer too. Its child may already run the next job, which a
+        # SIGUSR1 would interrupt (and that lease would then lapse): fence only a held attempt.
+        job = getattr(lease.child, "job", lease)
+        if job is None or (job.id, job.token) != key:
+            return
         self._fenced[key] = now + self.grace
         self.fenced_total += 1
         self.on_fence(lease, reason)
