@@ -48,6 +48,7 @@ class Completion:
     child: int | None = None
     crashed: int = 0
     log: str | None = None  # what the handler logged
+    refund: int = 0  # 1: the attempt does not count (released at shutdown)
 
 
 class Completer(Service):
@@ -108,6 +109,7 @@ class Completer(Service):
             "tracebacks": [_clean(c.traceback, 16000) for c in batch],
             "results": [c.result for c in batch], "children": [c.child for c in batch],
             "crashed": [c.crashed for c in batch], "logs": [c.log for c in batch],
+            "refunds": [c.refund for c in batch],
             "owner": self.owner, "host": self.host,
             "pid": self.pid,
         }

@@ -72,6 +72,7 @@ class Master:
         # Children report "alive" this often while busy; the heartbeater renews a lease only
         # if its child reported within one heartbeat period (ttl / 3).
         self.alive_interval = max(0.05, min(1.0, settings.lease_ttl / 9))
+        self._tick_interval = max(0.01, min(0.25, settings.lease_ttl / 12))
         self.target = settings.concurrency
         self.generation = 0
         self.tasks: dict[str, dict[str, Any]] = {}
@@ -165,7 +166,7 @@ class Master:
     async def _tick(self) -> None:
         while True:
             self._loop_tick = time.monotonic()
-            await asyncio.sleep(0.25)  # liveness stamp read by the heartbeater
+            await asyncio.sleep(self._tick_interval)  # liveness stamp read by the heartbeater
 
     def loop_alive(self, within: float) -> bool:
         return time.monotonic() - self._loop_tick < within
@@ -296,9 +297,15 @@ class Master:
         child.jobs_done += 1
         child.rss = frame.get("rss", child.rss)
         key = (job.id, job.token)
-        if key in self.fenced or frame.get("outcome") == "lease_lost":
+        if key in self.fenced:
             self.fenced.discard(key)
             self._count("fenced_results")
+        elif frame.get("outcome") == "lease_lost":
+            # LeaseLost reached the handler although this master never fenced the attempt (a
+            # stray signal, or a transactional completion refused by the guard): its lease may
+            # still be ours, so say what happened and give the job back.
+            self._settle(job, RELEASED, {"error": "interrupted by LeaseLost without a fence",
+                                         "log": frame.get("log")}, child.index)
         elif frame.get("recorded"):
             # The child committed the outcome together with the handler's effects.
             self._count(f"outcome_{frame['outcome']}")
@@ -337,7 +344,8 @@ class Master:
         self.completer.submit(Completion(
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
             error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
-            child=child_index, crashed=crashed, log=info.get("log")))
+            child=child_index, crashed=crashed, log=info.get("log"),
+            refund=1 if outcome == RELEASED else 0))
 
     def _observe(self, job: Inflight, outcome: str, ran: bool) -> None:
         self.metrics.jobs.labels(job.queue, job.task, outcome).inc()

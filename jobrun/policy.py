@@ -65,14 +65,16 @@ def decide(outcome: str, *, attempts: int, max_attempts: int, crashes: int = 0,
         return Fate(SUCCEEDED)
     if outcome == CANCELLED:
         return Fate(CANCELLED)
+    if outcome == RELEASED:
+        # Cut short by the master's shutdown, not by the job: back at once, and the attempt
+        # is given back (see refund in the completion).
+        return Fate("queued", 0.0)
     if permanent:
         return Fate("dead")
     if outcome == WORKER_LOST and crashes + 1 >= max_crashes:
         return Fate("dead")
     if attempts >= max_attempts:
         return Fate("dead")
-    if outcome == RELEASED:
-        return Fate("queued", 0.0)
     if outcome == RETRY and retry_delay is not None:
         return Fate("queued", max(0.0, float(retry_delay)))
     return Fate("queued", policy.delay(attempts, rng))

@@ -159,8 +159,9 @@ WITH r AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[],
                          %(outcomes)s::text[], %(delays)s::float8[], %(errors)s::text[],
                          %(tracebacks)s::text[], %(results)s::text[], %(children)s::integer[],
-                         %(crashed)s::integer[], %(logs)s::text[])
-           AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed, log)
+                         %(crashed)s::integer[], %(logs)s::text[], %(refunds)s::integer[])
+           AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed, log,
+                refund)
 ), upd AS (
     UPDATE {schema}.jobs j
        SET status = CASE WHEN r.status = 'queued' AND j.cancel_requested THEN 'cancelled'
@@ -170,11 +171,12 @@ WITH r AS (
            finished_at = CASE WHEN r.status = 'queued' AND NOT j.cancel_requested THEN NULL
                               ELSE now() END,
            crashes = j.crashes + r.crashed,
+           attempts = j.attempts - r.refund,
            lease_owner = NULL, lease_expires_at = NULL
       FROM r
      WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_owner = %(owner)s
        AND j.status = 'leased'
-    RETURNING j.id, j.lease_token, j.attempts, j.started_at
+    RETURNING j.id, j.lease_token, j.attempts + r.refund AS attempts, j.started_at
 )
 INSERT INTO {schema}.job_attempts
        (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
