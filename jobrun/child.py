@@ -155,7 +155,7 @@ class ChildRuntime:
                 os._exit(protocol.EXIT_PROTOCOL_ERROR)
             result = self.run(frame)
             self.tasks_done += 1
-            rss = rss_bytes()
+            rss = rss_bytes() if self.max_memory else 0  # /proc costs as much as a noop job
             recycle = should_recycle(tasks_done=self.tasks_done, max_tasks=self.max_tasks,
                                      rss_bytes=rss, max_rss_bytes=self.max_memory,
                                      baseline_rss_bytes=self.baseline_rss)

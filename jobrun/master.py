@@ -34,7 +34,7 @@ from .lifecycle import backoff_sleep
 from .logs import event
 from .metrics import HttpServer, Metrics, parse_addr
 from .notifier import Notifier
-from .policy import RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide
+from .policy import DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide
 from .reaper import Reaper
 from .registry import Registry
 from .sql import for_schema
@@ -73,6 +73,11 @@ class Master:
         # if its child reported within one heartbeat period (ttl / 3).
         self.alive_interval = max(0.05, min(1.0, settings.lease_ttl / 9))
         self._tick_interval = max(0.01, min(0.25, settings.lease_ttl / 12))
+        self._title_dirty = True
+        self._policies: dict[str, RetryPolicy] = {}
+        self._job_counters: dict[tuple[str, str, str], Any] = {}
+        self._durations: dict[tuple[str, str], Any] = {}
+        self._waits: dict[str, Any] = {}
         self.target = settings.concurrency
         self.generation = 0
         self.tasks: dict[str, dict[str, Any]] = {}
@@ -166,6 +171,8 @@ class Master:
     async def _tick(self) -> None:
         while True:
             self._loop_tick = time.monotonic()
+            if self._title_dirty:
+                self._render_title()
             await asyncio.sleep(self._tick_interval)  # liveness stamp read by the heartbeater
 
     def loop_alive(self, within: float) -> bool:
@@ -239,6 +246,12 @@ class Master:
         return sum(1 for c in self.supervisor.alive() if c.job is not None)
 
     def _title(self) -> None:
+        """Note that the title and the child gauges changed; the tick renders them (per-event
+        rendering cost more than the jobs themselves on a busy master)."""
+        self._title_dirty = True
+
+    def _render_title(self) -> None:
+        self._title_dirty = False
         self._states()
         s = self.settings
         setproctitle(f"jobrun-master: {s.app} c={self.target} busy={self.busy()}"
@@ -269,6 +282,8 @@ class Master:
 
     def _on_ready(self, child: Child, frame: dict[str, Any]) -> None:
         self.tasks.update(frame.get("tasks", {}))
+        self._policies = {name: RetryPolicy(*cfg["retry"]) for name, cfg in self.tasks.items()
+                          if "retry" in cfg}
         child.rss = frame.get("rss", 0)
         self._early_deaths = 0
         limit = self.settings.max_memory_per_child * 1024 * 1024
@@ -332,7 +347,7 @@ class Master:
     def _settle(self, job: Inflight, outcome: str, info: dict[str, Any], child_index: int,
                 crashed: int = 0) -> None:
         cfg = self.tasks.get(job.task, {})
-        policy = RetryPolicy(*cfg["retry"]) if "retry" in cfg else RetryPolicy()
+        policy = self._policies.get(job.task, DEFAULT_RETRY)
         # A task's own max_attempts caps what its jobs were enqueued with.
         max_attempts = min(job.max_attempts, cfg.get("max_attempts") or job.max_attempts)
         fate = decide(outcome, attempts=job.attempts, max_attempts=max_attempts,
@@ -348,10 +363,17 @@ class Master:
             refund=1 if outcome == RELEASED else 0))
 
     def _observe(self, job: Inflight, outcome: str, ran: bool) -> None:
-        self.metrics.jobs.labels(job.queue, job.task, outcome).inc()
+        # Labelled children are cached: labels() costs more than the increment itself.
+        key = (job.queue, job.task, outcome)
+        counter = self._job_counters.get(key)
+        if counter is None:
+            counter = self._job_counters[key] = self.metrics.jobs.labels(*key)
+        counter.inc()
         if ran:
-            self.metrics.duration.labels(job.queue, job.task).observe(
-                time.monotonic() - job.dispatched)
+            histogram = self._durations.get(key[:2])
+            if histogram is None:
+                histogram = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
+            histogram.observe(time.monotonic() - job.dispatched)
 
     def on_exit(self, child: Child, status: int) -> None:
         what, sigkill = describe_exit(status)
@@ -475,7 +497,10 @@ class Master:
                 self._count("claimed", len(rows))
                 self.metrics.claim_batch.observe(len(rows))
                 for row in rows:
-                    self.metrics.wait.labels(row["queue"]).observe(max(0.0, row["waited"]))
+                    wait = self._waits.get(row["queue"])
+                    if wait is None:
+                        wait = self._waits[row["queue"]] = self.metrics.wait.labels(row["queue"])
+                    wait.observe(max(0.0, row["waited"]))
                 self._title()
             if len(rows) == len(idle):
                 self.wake()  # there may be more
