@@ -1,0 +1,88 @@
+"""jobrun's side of benchmarks/compare.py: the app the master runs and the producer driver.
+
+    jobrun-master -A benchmarks.peers.jobrun_app -c 4          # the worker (compare.py starts it)
+    python benchmarks/peers/jobrun_app.py enqueue --dsn D --schema S --n 20000 --task noop
+    python benchmarks/peers/jobrun_app.py produce --dsn D --schema S --rate 1000 --seconds 15
+
+Tasks ``noop`` and ``cpu`` run peerlib.run_payload: the same body as every peer's handler
+(optional pure-Python CPU burn, then one stamp line). Bulk enqueue is Client.enqueue_many in
+chunks (one statement each); the open-loop producer calls Client.enqueue once per job (its own
+transaction), one connection per producer thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peerlib  # noqa: E402
+
+import jobrun  # noqa: E402
+
+app = jobrun.App()
+
+
+@app.task("noop")
+def noop(job: jobrun.Job):
+    peerlib.run_payload(job.payload, job.id)
+
+
+@app.task("cpu")
+def cpu(job: jobrun.Job):
+    peerlib.run_payload(job.payload, job.id)
+
+
+def cmd_enqueue(args: argparse.Namespace) -> None:
+    with jobrun.Client(args.dsn, schema=args.schema) as client:
+        client.stats()  # opens the connection; not timed
+        began = time.perf_counter()
+        for start, count in peerlib.chunks(args.n, args.chunk):
+            client.enqueue_many([(args.task, peerlib.payload_for(args.task, i, args.cpu_ms))
+                                 for i in range(start, start + count)])
+        seconds = time.perf_counter() - began
+    print("RESULT " + json.dumps({"seconds": seconds, "n": args.n}), flush=True)
+
+
+def cmd_produce(args: argparse.Namespace) -> None:
+    clients = []
+
+    def make_sender(p: int):
+        client = jobrun.Client(args.dsn, schema=args.schema)
+        clients.append(client)
+
+        def send(i: int, t: float) -> None:
+            client.enqueue(args.task, peerlib.payload_for(args.task, i, args.cpu_ms, t))
+        return send
+
+    try:
+        peerlib.open_loop(make_sender, args.producers, args.rate, int(args.rate * args.seconds))
+    finally:
+        for c in clients:
+            c.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name in ("enqueue", "produce"):
+        p = sub.add_parser(name)
+        p.add_argument("--dsn", required=True)
+        p.add_argument("--schema", required=True)
+        p.add_argument("--task", default="noop")
+        p.add_argument("--cpu-ms", type=float, default=5.0)
+        p.add_argument("--n", type=int, default=20000)
+        p.add_argument("--chunk", type=int, default=5000)
+        p.add_argument("--rate", type=float, default=200.0)
+        p.add_argument("--seconds", type=float, default=15.0)
+        p.add_argument("--producers", type=int, default=2)
+    args = parser.parse_args()
+    {"enqueue": cmd_enqueue, "produce": cmd_produce}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
