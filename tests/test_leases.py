@@ -106,62 +106,60 @@ def test_stopped_child_is_fenced_and_job_finishes_elsewhere(db_env, tmp_path, cl
         assert nothing_lost(conn, schema) == []
 
 
-def test_stopped_master_fences_its_children_instead_of_completing(db_env, tmp_path, client, conn, schema):
+@contextlib.contextmanager
+def stopped_then_taken_over(db_env, tmp_path, client, conn, schema, payload):
+    """Master A claims an ``effect`` job; A and its child are SIGSTOPped until master B has
+    taken the job over (reaped the lapsed lease and claimed it, or already finished it).
+    Yields (a, b, job_id, child_a) with A still stopped (continued on the way out, if the
+    test has not done so); both masters are torn down when the block ends."""
     a = MasterProcess(db_env, tmp_path, "-c", "1", *FAST, app=APP)
     b = MasterProcess(db_env, tmp_path, "-c", "1", *FAST, app=APP)  # started once A is stopped
     with a, started_later(b):
         a.wait_ready(concurrency=1)
-        job_id = client.enqueue("effect", {"sleep_first": 60}).job.id
+        job_id = client.enqueue("effect", payload).job.id
         child_a = running_child(a, job_id)
         os.kill(a.pid, signal.SIGSTOP)
         os.kill(child_a, signal.SIGSTOP)
         try:
             b.start().wait_ready(concurrency=None)
-            # B reaps the lapsed lease and claims the job; its child then waits on the effect
-            # key that A's (stopped, uncommitted) attempt still holds.
+            # B's child may then wait on the effect key that A's stopped, uncommitted attempt
+            # still holds.
             wait_for(lambda: taken_over(conn, schema, job_id, b.pid), timeout=30,
                      message="master B to take the job over")
+            yield a, b, job_id, child_a
         finally:
             os.kill(a.pid, signal.SIGCONT)
             os.kill(child_a, signal.SIGCONT)
-        row = wait_for(lambda: settled(conn, schema, job_id), timeout=30, message="job settled")
-        assert row["status"] == "succeeded"
-        rows = attempts(conn, schema, job_id)
-        assert [r["outcome"] for r in rows] == ["lease_expired", "succeeded"]
-        assert rows[-1]["worker_pid"] == b.pid
-        assert len(effects(conn, schema, job_id)) == 1
+
+
+def assert_b_did_it_once(conn, schema, job_id, b, child_a):
+    row = job(conn, schema, job_id)
+    assert row["status"] == "succeeded"
+    rows = attempts(conn, schema, job_id)
+    assert [r["outcome"] for r in rows] == ["lease_expired", "succeeded"]
+    assert rows[-1]["worker_pid"] == b.pid
+    done = effects(conn, schema, job_id)
+    assert len(done) == 1 and done[0]["pid"] != child_a
+    assert nothing_lost(conn, schema) == []
+
+
+def test_stopped_master_fences_its_children_instead_of_completing(db_env, tmp_path, client, conn, schema):
+    with stopped_then_taken_over(db_env, tmp_path, client, conn, schema, {"sleep_first": 60}) as (a, b, job_id, child_a):
+        os.kill(a.pid, signal.SIGCONT)
+        os.kill(child_a, signal.SIGCONT)
+        wait_for(lambda: settled(conn, schema, job_id), timeout=30, message="job settled")
+        assert_b_did_it_once(conn, schema, job_id, b, child_a)
         wait_for(lambda: "lease.fenced" in a.stderr(), timeout=10, message="A fenced its child")
         assert "lease.fenced" not in b.stderr()
-        assert nothing_lost(conn, schema) == []
 
 
 def test_stale_transactional_attempt_is_refused_and_rolled_back(db_env, tmp_path, client, conn, schema):
     """A's child reaches its guarded completion after B re-claimed the job, with A's master
     (and so its heartbeater) stopped: only the completion guard stands in the way."""
-    a = MasterProcess(db_env, tmp_path, "-c", "1", *FAST, app=APP)
-    b = MasterProcess(db_env, tmp_path, "-c", "1", *FAST, app=APP)  # started once A is stopped
-    with a, started_later(b):
-        a.wait_ready(concurrency=1)
-        job_id = client.enqueue("effect", {"sleep_first": 4}).job.id
-        child_a = running_child(a, job_id)
-        os.kill(a.pid, signal.SIGSTOP)
-        os.kill(child_a, signal.SIGSTOP)
-        try:
-            b.start().wait_ready(concurrency=None)
-            wait_for(lambda: taken_over(conn, schema, job_id, b.pid), timeout=30,
-                     message="master B to take the job over")
-            os.kill(child_a, signal.SIGCONT)  # A's master stays stopped: nobody fences
-            row = wait_for(lambda: settled(conn, schema, job_id), timeout=30, message="job settled")
-        finally:
-            os.kill(a.pid, signal.SIGCONT)
-            os.kill(child_a, signal.SIGCONT)
-        assert row["status"] == "succeeded"
-        rows = attempts(conn, schema, job_id)
-        assert [r["outcome"] for r in rows] == ["lease_expired", "succeeded"]
-        assert rows[-1]["worker_pid"] == b.pid
-        done = effects(conn, schema, job_id)
-        assert len(done) == 1 and done[0]["pid"] != child_a
-        assert nothing_lost(conn, schema) == []
+    with stopped_then_taken_over(db_env, tmp_path, client, conn, schema, {"sleep_first": 4}) as (a, b, job_id, child_a):
+        os.kill(child_a, signal.SIGCONT)  # A's master stays stopped: nobody fences
+        wait_for(lambda: settled(conn, schema, job_id), timeout=30, message="job settled")
+        assert_b_did_it_once(conn, schema, job_id, b, child_a)
 
 
 def test_child_killed_after_commit_before_reporting_leaves_one_effect(db_env, tmp_path, client, conn, schema):
