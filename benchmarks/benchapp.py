@@ -1,0 +1,32 @@
+"""The app the benchmarks run: ``jobrun-master -A benchmarks.benchapp``.
+
+``noop`` returns at once, so a drain of noop jobs measures the queue itself (claim,
+dispatch over the pipe, completion). ``cpu`` burns ``payload["ms"]`` milliseconds of
+pure-Python CPU time in the child (process CPU time, not wall time), so a drain of cpu jobs
+shows whether the prefork children really run in parallel on the machine's cores.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jobrun
+
+app = jobrun.App()
+
+
+@app.task("noop")
+def noop(job: jobrun.Job):
+    return None
+
+
+@app.task("cpu")
+def cpu(job: jobrun.Job):
+    ms = float((job.payload or {}).get("ms", 5))
+    clock = time.process_time
+    end = clock() + ms / 1000.0
+    x = 0
+    while clock() < end:
+        for i in range(100):  # pure-Python arithmetic between clock reads
+            x += i * i
+    return None
