@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.common` impor
 
 from jobrun.sql import for_schema  # noqa: E402
 
-from benchmarks.common import (Bench, add_db_args, describe_code, int_list, machine,  # noqa: E402
+from benchmarks.common import (run_main, Bench, add_db_args, describe_code, int_list, machine,  # noqa: E402
                                median, percentile, print_table)
 
 OWNER = "backlog-bench:1:0"
@@ -352,8 +352,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("\ninterrupted; everything started was stopped", file=sys.stderr)
-        sys.exit(130)
+    run_main(main)

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import psycopg
 from psycopg import sql
@@ -544,3 +544,12 @@ class Bench:
                  for c, t, r, q in rows]
         print_table(["calls", "total ms", "mean ms", "rows/call", "statement"], table, digits=3,
                     indent="  ")
+
+
+def run_main(main: Callable[[], int]) -> None:
+    """Run a benchmark's main(); ^C stops it cleanly (everything started is cleaned up)."""
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\ninterrupted; everything started was stopped", file=sys.stderr)
+        sys.exit(130)

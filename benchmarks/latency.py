@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.common` impor
 
 from jobrun import Client  # noqa: E402
 
-from benchmarks.common import (Bench, add_db_args, cores_used, cpu_seconds, describe_code,  # noqa: E402
+from benchmarks.common import (run_main, Bench, add_db_args, cores_used, cpu_seconds, describe_code,  # noqa: E402
                                machine, median, percentile, print_table, wait_quiet)
 
 
@@ -270,8 +270,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("\ninterrupted; everything started was stopped", file=sys.stderr)
-        sys.exit(130)
+    run_main(main)

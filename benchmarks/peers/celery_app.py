@@ -71,17 +71,7 @@ def cmd_produce(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    for name in ("enqueue", "produce"):
-        p = sub.add_parser(name)
-        p.add_argument("--task", default="noop")
-        p.add_argument("--cpu-ms", type=float, default=5.0)
-        p.add_argument("--n", type=int, default=20000)
-        p.add_argument("--chunk", type=int, default=5000)
-        p.add_argument("--rate", type=float, default=200.0)
-        p.add_argument("--seconds", type=float, default=15.0)
-        p.add_argument("--producers", type=int, default=1)
+    parser, sub = peerlib.driver_parser(1)
     args = parser.parse_args()
     {"enqueue": cmd_enqueue, "produce": cmd_produce}[args.cmd](args)
 

@@ -16,6 +16,7 @@ benchmarks/latency.py.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -194,3 +195,23 @@ def payload_for(task: str, i: int, cpu_ms: float, t_enq: float | None = None) ->
     if t_enq is not None:
         body["t"] = round(t_enq, 6)
     return body
+
+
+def driver_parser(producers: int, extra: Callable[[argparse.ArgumentParser], None] | None = None
+                  ) -> tuple[argparse.ArgumentParser, Any]:
+    """The argument parser every peer driver shares: `enqueue` (bulk, untimed) and `produce`
+    (open loop) with the same options; ``extra`` adds a system's own options to both."""
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name in ("enqueue", "produce"):
+        p = sub.add_parser(name)
+        if extra is not None:
+            extra(p)
+        p.add_argument("--task", default="noop")
+        p.add_argument("--cpu-ms", type=float, default=5.0)
+        p.add_argument("--n", type=int, default=20000)
+        p.add_argument("--chunk", type=int, default=5000)
+        p.add_argument("--rate", type=float, default=200.0)
+        p.add_argument("--seconds", type=float, default=15.0)
+        p.add_argument("--producers", type=int, default=producers)
+    return parser, sub

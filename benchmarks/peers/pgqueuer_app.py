@@ -111,21 +111,11 @@ def main() -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser, sub = peerlib.driver_parser(2)
     w = sub.add_parser("worker")
     w.add_argument("--batch-size", type=int, default=10)
     w.add_argument("--dequeue-timeout", type=float, default=30.0)
     w.add_argument("--max-concurrent-tasks", type=int, default=None)
-    for name in ("enqueue", "produce"):
-        p = sub.add_parser(name)
-        p.add_argument("--task", default="noop")
-        p.add_argument("--cpu-ms", type=float, default=5.0)
-        p.add_argument("--n", type=int, default=20000)
-        p.add_argument("--chunk", type=int, default=5000)
-        p.add_argument("--rate", type=float, default=200.0)
-        p.add_argument("--seconds", type=float, default=15.0)
-        p.add_argument("--producers", type=int, default=2)
     args = parser.parse_args()
     import uvloop
 
