@@ -91,6 +91,10 @@ class Master:
         self._next_index = 1
         self._loop_tick = time.monotonic()
         self._warned_memory = False
+        # The last claim came back short: the queues are dry until a notification or the poll
+        # floor says otherwise, so a child freed meanwhile does not cost a claim statement.
+        self._dry = False
+        self._last_claim = 0.0
         self.metrics = Metrics()
         self.started_at = time.time()
         self.last_db_ok = time.monotonic()
@@ -118,7 +122,7 @@ class Master:
         self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
                                    on_refused=self._on_refused,
                                    on_db_error=m.db_errors.labels("complete").inc)
-        self.notifier = Notifier(self.dsn, self.q.channel, set(s.queues), self.wake,
+        self.notifier = Notifier(self.dsn, self.q.channel, set(s.queues), self.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
         self.reaper = Reaper(self.dsn, self.q, interval=max(0.5, min(5.0, s.lease_ttl / 3)),
                              retention=s.retention, on_reaped=m.expired.inc,
@@ -179,6 +183,11 @@ class Master:
         return time.monotonic() - self._loop_tick < within
 
     def wake(self) -> None:
+        self.wake_event.set()
+
+    def wake_for_jobs(self) -> None:
+        """New jobs were announced (NOTIFY, or the LISTEN connection came back)."""
+        self._dry = False
         self.wake_event.set()
 
     def _count(self, name: str, n: int = 1) -> None:
@@ -448,13 +457,17 @@ class Master:
         failures = 0
         s = self.settings
         while not self.stopping:
+            since = time.monotonic() - self._last_claim
             try:
-                await asyncio.wait_for(self.wake_event.wait(), s.poll_interval)
+                await asyncio.wait_for(self.wake_event.wait(),
+                                       max(0.0, s.poll_interval - since) if self._dry else s.poll_interval)
             except asyncio.TimeoutError:
                 pass
             self.wake_event.clear()
             if self.stopping:
                 break
+            if self._dry and time.monotonic() - self._last_claim < s.poll_interval:
+                continue
             idle = self._idle()
             if not idle:
                 continue
@@ -466,7 +479,8 @@ class Master:
                     "ttl": s.lease_ttl})
                 rows = await cur.fetchall()
                 failures = 0
-                self.last_db_ok = time.monotonic()
+                self.last_db_ok = self._last_claim = time.monotonic()
+                self._dry = len(rows) < len(idle)
             except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
                 for child in idle:
                     if child.state == "reserved":
