@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from typing import Callable
 
 import psycopg
 from psycopg.rows import dict_row

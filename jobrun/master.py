@@ -20,10 +20,8 @@ import signal
 import socket
 import time
 import uuid
-from dataclasses import replace
 from typing import Any, Callable
 
-import psycopg
 from setproctitle import setproctitle
 
 from . import db, protocol
@@ -39,6 +37,7 @@ from .reaper import Reaper
 from .registry import Registry
 from .sql import for_schema
 from .supervisor import Child, Inflight, Supervisor
+from .master_signals import SignalsAndShutdown
 
 log = logging.getLogger("jobrun.master")
 
@@ -59,7 +58,7 @@ def describe_exit(status: int) -> tuple[str, bool]:
     return f"exited with code {status}", False
 
 
-class Master:
+class Master(SignalsAndShutdown):
     def __init__(self, settings: Settings, dsn: str,
                  reload_settings: Callable[[], Settings] | None = None) -> None:
         self.settings = settings
@@ -558,136 +557,3 @@ class Master:
             event(log, logging.WARNING, "job.time_limit", job=job_id, task=job.task, child=child.index,
                   limit=self._time_limit(job.task))
             self.supervisor.kill(child, "timeout")
-
-    # --- signals (each callable from a test without sending a signal) ---------------------
-
-    def handle_term(self) -> None:
-        """Drain: stop claiming; give in-flight jobs --grace seconds; release the rest."""
-        if self.stopping:
-            self.handle_quit()
-            return
-        event(log, logging.INFO, "master.draining", grace=self.settings.grace, busy=self.busy())
-        self.stopping = "drain"
-        self.loop.create_task(self._shutdown())
-
-    handle_int = handle_term
-
-    def handle_quit(self) -> None:
-        """Fast stop: kill children now and release their jobs back to the queue."""
-        self._fast.set()
-        if self.stopping:
-            self.stopping = "fast"
-            return
-        event(log, logging.INFO, "master.stopping_fast", busy=self.busy())
-        self.stopping = "fast"
-        self.loop.create_task(self._shutdown())
-
-    def handle_hup(self) -> None:
-        """Reload settings, start a new generation of children, retire the old one gracefully."""
-        if self.stopping:
-            return
-        if self.reload_settings is not None:
-            try:
-                new = self.reload_settings()
-            except Exception as exc:  # noqa: BLE001 - keep running on a bad config
-                event(log, logging.ERROR, "reload.failed", error=str(exc))
-                return
-            keep = {"app": self.settings.app, "schema": self.settings.schema,
-                    "database_url": self.settings.database_url}
-            self.settings = replace(new, **keep)
-            self.target = self.settings.concurrency
-            self.supervisor.max_tasks = self.settings.max_tasks_per_child
-            self.supervisor.max_memory_bytes = self.settings.max_memory_per_child * 1024 * 1024
-            self.supervisor.soft_time_limit = self.settings.soft_time_limit
-            self.notifier.queues.clear()
-            self.notifier.queues.update(self.settings.queues)
-        self.generation += 1
-        event(log, logging.INFO, "master.reload", generation=self.generation, concurrency=self.target)
-        for child in self.supervisor.alive():
-            if child.generation != self.generation and child.state != "busy":
-                self.supervisor.stop(child)
-            elif child.generation != self.generation:
-                child.state = "retiring"
-        self._replenish()
-
-    def handle_ttin(self) -> None:
-        """One child more."""
-        if self.stopping:
-            return
-        self.target += 1
-        event(log, logging.INFO, "master.resize", concurrency=self.target)
-        self._replenish()
-        self._title()
-
-    def handle_ttou(self) -> None:
-        """One child fewer (an idle one if there is one), never below one."""
-        if self.stopping or self.target <= 1:
-            return
-        self.target -= 1
-        event(log, logging.INFO, "master.resize", concurrency=self.target)
-        current = self._current()
-        if len(current) > self.target:
-            victim = next((c for c in current if c.state in ("idle", "starting")), current[-1])
-            self.supervisor.stop(victim)
-        self._title()
-
-    # --- shutdown -------------------------------------------------------------------------
-
-    async def _shutdown(self) -> None:
-        claimer = getattr(self, "_claimer", None)
-        if claimer is not None:
-            claimer.cancel()
-        await self.notifier.stop()
-        if self.stopping == "drain" and self.busy():
-            waiter = self.loop.create_task(self._wait_idle())
-            fast = self.loop.create_task(self._fast.wait())
-            await asyncio.wait([waiter, fast], timeout=self.settings.grace,
-                               return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            fast.cancel()
-        for child in self.supervisor.alive():
-            if child.job is not None:
-                self.supervisor.kill(child, "shutdown")
-            elif child.state == "starting":
-                self.supervisor.kill(child, "stopping")
-            else:
-                self.supervisor.stop(child)
-        if not await self._wait_exited(5.0):
-            for child in self.supervisor.alive():
-                self.supervisor.kill(child, "stopping")
-            await self._wait_exited(5.0)
-        self.heartbeater.stop()
-        if self.completer.running and not await self.completer.drain(10.0):
-            event(log, logging.ERROR, "shutdown.unrecorded", jobs=len(self.completer.pending),
-                  note="outcomes could not be written; those leases will expire and be reaped")
-        await self.completer.stop()
-        await self.reaper.stop()
-        await self.registry.stop()
-        if self.http is not None:
-            await self.http.stop()
-        ticker = getattr(self, "_ticker", None)
-        if ticker is not None:
-            ticker.cancel()
-        event(log, logging.INFO, "master.stopped", exit_code=self.exit_code)
-        self.done.set()
-
-    async def _wait_idle(self) -> None:
-        while self.busy():
-            await self._changed()
-
-    async def _wait_exited(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.supervisor.alive():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            try:
-                await asyncio.wait_for(self._changed(), remaining)
-            except asyncio.TimeoutError:
-                return False
-        return True
-
-    async def _changed(self) -> None:
-        """Resolve at the next child frame or exit (both call wake())."""
-        self.wake_event.clear()
-        await self.wake_event.wait()

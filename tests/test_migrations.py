@@ -9,7 +9,6 @@ its meaning as migration files are added.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys

@@ -20,7 +20,6 @@ open-loop producer calls ``Queries.enqueue`` once per job on its own asyncpg con
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
