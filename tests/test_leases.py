@@ -118,6 +118,11 @@ def stopped_then_taken_over(db_env, tmp_path, client, conn, schema, payload):
         a.wait_ready(concurrency=1)
         job_id = client.enqueue("effect", payload).job.id
         child_a = running_child(a, job_id)
+        # Stop it inside the handler, after its effect row went into its open transaction.
+        wait_for(lambda: conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction'"
+            " AND datname = current_database()").fetchone(),
+            timeout=10, message="A's child inside its transaction")
         os.kill(a.pid, signal.SIGSTOP)
         os.kill(child_a, signal.SIGSTOP)
         try:
