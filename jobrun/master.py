@@ -83,7 +83,6 @@ class Master(SignalsAndShutdown):
         self.stopping: str | None = None  # None | "drain" | "fast"
         self.exit_code = EXIT_OK
         self.fenced: set[tuple[int, int]] = set()  # added to by the heartbeater thread
-        self.counters: dict[str, int] = {}
         self._booted = False
         self._early_deaths = 0
         self._free_indexes: list[int] = []
@@ -165,8 +164,8 @@ class Master(SignalsAndShutdown):
         return env
 
     async def _check_clock(self) -> None:
-        cur = await self.claim_conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS t")
-        skew = time.time() - (await cur.fetchone())["t"]
+        cur = await self.claim_conn.execute(self.q.db_now)
+        skew = time.time() - (await cur.fetchone())["clock"].timestamp()
         if abs(skew) > 2.0:
             event(log, logging.WARNING, "clock.skew", seconds=round(skew, 3),
                   note="the database clock decides persisted times; check NTP on this host")
@@ -189,11 +188,7 @@ class Master(SignalsAndShutdown):
         self._dry = False
         self.wake_event.set()
 
-    def _count(self, name: str, n: int = 1) -> None:
-        self.counters[name] = self.counters.get(name, 0) + n
-
     def _on_refused(self, items: list[Completion]) -> None:
-        self._count("refused", len(items))
         self.metrics.refused.inc(len(items))
 
     # --- observation ----------------------------------------------------------------------
@@ -322,7 +317,6 @@ class Master(SignalsAndShutdown):
         key = (job.id, job.token)
         if key in self.fenced:
             self.fenced.discard(key)
-            self._count("fenced_results")
         elif frame.get("outcome") == "lease_lost":
             # LeaseLost reached the handler although this master never fenced the attempt (a
             # stray signal, or a transactional completion refused by the guard): its lease may
@@ -331,7 +325,6 @@ class Master(SignalsAndShutdown):
                                          "log": frame.get("log")}, child.index)
         elif frame.get("recorded"):
             # The child committed the outcome together with the handler's effects.
-            self._count(f"outcome_{frame['outcome']}")
             self._observe(job, frame["outcome"], ran=True)
         else:
             self._settle(job, frame["outcome"], frame, child.index)
@@ -362,7 +355,6 @@ class Master(SignalsAndShutdown):
                       crashes=job.crashes, max_crashes=cfg.get("max_crashes", 3),
                       retry_delay=info.get("delay"), policy=policy,
                       permanent=bool(info.get("permanent")))
-        self._count(f"outcome_{outcome}")
         self._observe(job, outcome, ran=job.dispatched > 0)
         self.completer.submit(Completion(
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
@@ -392,7 +384,6 @@ class Master(SignalsAndShutdown):
             key = (job.id, job.token)
             if key in self.fenced:
                 self.fenced.discard(key)
-                self._count("fenced_results")
             elif child.kill_reason == "timeout":
                 self.metrics.child_exits.labels("timeout").inc()
                 limit = self._time_limit(job.task)
@@ -401,7 +392,6 @@ class Master(SignalsAndShutdown):
             elif child.kill_reason == "shutdown":
                 self._settle(job, RELEASED, {"error": "released at shutdown; child stopped"}, child.index)
             else:
-                self._count("crashes")
                 self.metrics.child_exits.labels("crash").inc()
                 hint = " (perhaps out of memory)" if sigkill else ""
                 event(log, logging.ERROR, "child.lost", child=child.index, pid=child.pid,
@@ -446,7 +436,6 @@ class Master(SignalsAndShutdown):
         self.loop.call_soon_threadsafe(self._on_fenced, lease.id, lease.token, reason)
 
     def _on_fenced(self, job_id: int, token: int, reason: str) -> None:
-        self._count("fenced")
         self.metrics.fenced.inc()
         event(log, logging.WARNING, "lease.fenced", job=job_id, token=token, reason=reason)
 
@@ -485,7 +474,6 @@ class Master(SignalsAndShutdown):
                     if child.state == "reserved":
                         child.state = "idle"
                 failures += 1
-                self._count("db_errors_claim")
                 self.metrics.db_errors.labels("claim").inc()
                 event(log, logging.WARNING, "claim.failed", error=db.first_line(exc), retry=failures)
                 if self.claim_conn.closed or self.claim_conn.broken:
@@ -507,7 +495,6 @@ class Master(SignalsAndShutdown):
             if orphans:
                 await self._unclaim(orphans)
             if rows:
-                self._count("claimed", len(rows))
                 self.metrics.claim_batch.observe(len(rows))
                 for row in rows:
                     wait = self._waits.get(row["queue"])

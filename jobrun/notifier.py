@@ -30,7 +30,6 @@ class Notifier(Service):
         self.queues = queues
         self.wake = wake
         self.on_db_error = on_db_error
-        self.reconnects = 0
 
     async def _run(self) -> None:
         failures = 0
@@ -48,7 +47,6 @@ class Notifier(Service):
                         self.wake()
             except Exception as exc:  # noqa: BLE001 - whatever broke the connection: reconnect
                 failures += 1
-                self.reconnects += 1
                 if self.on_db_error:
                     self.on_db_error()
                 event(log, logging.WARNING, "listen.lost", error=db.first_line(exc), retry=failures)

@@ -108,7 +108,7 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
     if not tasks:
         return []
     if any_delay:
-        rows = yield Step(_NOW_QUERY, {})
+        rows = yield Step(q.db_now, {})
         base: datetime = rows[0]["now"]
         run_ats = [base + timedelta(seconds=v) if isinstance(v, float) else v for v in run_ats]
     yield from _payload_limit_steps(q, limit)
@@ -121,9 +121,6 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
         "traceparents": [tp] * len(tasks) if (tp := current_traceparent()) else None,
     })
     return [(row["id"], row["created"]) for row in rows]
-
-
-_NOW_QUERY = "SELECT now() AS now"
 
 
 def get(q: Queries, job_id: int) -> Op:
