@@ -55,6 +55,8 @@ def add_db_args(parser: argparse.ArgumentParser) -> None:
                         " CORES cores (over 2 s), for at most --patience seconds (default: no wait)")
     parser.add_argument("--patience", type=float, default=600.0,
                         help="seconds --quiet-below waits at most per run (default 600)")
+    parser.add_argument("--master-args", default="", metavar="ARGS",
+                        help="extra jobrun-master arguments, e.g. '--prefetch 1' (split on spaces)")
 
 
 def int_list(text: str) -> list[int]:
@@ -496,6 +498,7 @@ class Bench:
         self.schemas.clear()
 
     def start_master(self, schema: str, concurrency: int, extra: Sequence[str] = ()) -> MasterProc:
+        extra = [*extra, *getattr(self.args, "master_args", "").split()]
         master = MasterProc(self.dsn, schema, concurrency, extra=extra,
                             verbose=getattr(self.args, "verbose", False))
         self.masters.append(master)

@@ -62,14 +62,16 @@ def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: 
         ready = master.wait_ready(timeout=120)
         postmaster = bench.postmaster_pid()
         cpu_before = cpu_seconds(master.pid, postmaster)
-        # Two cheap counts rather than one FILTER scan: the poll itself costs database CPU.
-        done_q = sql.SQL("SELECT count(*) FROM {} WHERE status = 'succeeded'").format(jobs)
+        # The poll itself costs database CPU, so it counts the jobs still to do (through the
+        # partial indexes on queued and leased rows, which shrink as the queue drains) rather
+        # than the finished ones (a scan of the whole table, 8 ms at 60,000 jobs).
+        left_q = sql.SQL("SELECT count(*) FROM {} WHERE status IN ('queued', 'leased')").format(jobs)
         failed_q = sql.SQL("SELECT count(*) FROM {} WHERE status IN ('dead', 'cancelled')").format(jobs)
         deadline = ready + args.timeout
         failed = 0
         with bench.connect() as conn:
             while True:
-                done = conn.execute(done_q).fetchone()[0]
+                done = n - conn.execute(left_q).fetchone()[0]
                 polls += 1
                 if polls % 20 == 0:
                     failed = conn.execute(failed_q).fetchone()[0]
