@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from typing import Any, Callable
 
 from setproctitle import setproctitle
@@ -39,6 +40,9 @@ from .policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, should_recycle
 PR_SET_PDEATHSIG = 1
 LEASE_LOST = "lease_lost"  # reported to the master, which discards the attempt
 MAX_TRACEBACK = 16 * 1024
+# Results of jobs that ran while more jobs already waited in the pipe are held back and sent
+# together, but never for longer than this, and never across a job that may run longer.
+HOLD_RESULTS = 0.005
 
 
 def _die_with_parent(master_pid: int) -> None:
@@ -82,6 +86,9 @@ class ChildRuntime:
         self._current: tuple[Job, float] | None = None
         self.effects: EffectRunner | None = None
         self.capture = LogCapture(capture_print=app.capture_print)
+        self._took: dict[str, float] = {}  # recent run time per task, seconds
+        self._held: list[bytes] = []  # encoded results not sent yet
+        self._held_since = 0.0
 
     # --- signals: raised into the running handler -----------------------------------------
 
@@ -137,31 +144,62 @@ class ChildRuntime:
         with self._send_lock:  # the ticker thread sends too; frames must not interleave
             self.sock.sendall(frame)
 
+    def flush(self) -> None:
+        if self._held:
+            data, self._held = b"".join(self._held), []
+            with self._send_lock:
+                self.sock.sendall(data)
+
     def ready(self) -> None:
         self.send({"t": "ready", "pid": os.getpid(), "rss": self.baseline_rss,
                    "tasks": {name: t.config() for name, t in self.app.tasks.items()}})
 
     def serve(self) -> None:
+        """Run job frames in order. The master may write several at once (prefetch); they are
+        read with one receive, and their results go back with one send."""
         self._title()
         threading.Thread(target=self._ticker, name="ticker", daemon=True).start()
+        reader = protocol.FrameReader()
+        frames: deque[bytes] = deque()
         while True:
-            body = protocol.read_frame(self.sock)
-            if body is None:
-                return
-            frame = protocol.decode(body)
+            if not frames:
+                try:  # more already written? then keep holding results
+                    data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    self.flush()
+                    self._title()
+                    data = self.sock.recv(1 << 16)
+                if not data:
+                    self.flush()
+                    return
+                frames.extend(reader.feed(data))
+                continue
+            frame = protocol.decode(frames.popleft())
             if frame.get("t") == "stop":
+                self.flush()
                 return
             if frame.get("t") != "job":
                 os._exit(protocol.EXIT_PROTOCOL_ERROR)
+            took = self._took.get(frame.get("task"))
+            if self._held and (took is None or took >= HOLD_RESULTS
+                               or time.monotonic() - self._held_since >= HOLD_RESULTS):
+                self.flush()
+            started = time.monotonic()
             result = self.run(frame)
+            done = time.monotonic()
+            task = frame.get("task")
+            self._took[task] = done - started if took is None else took + 0.2 * (done - started - took)
             self.tasks_done += 1
             rss = rss_bytes() if self.max_memory else 0  # /proc costs as much as a noop job
             recycle = should_recycle(tasks_done=self.tasks_done, max_tasks=self.max_tasks,
                                      rss_bytes=rss, max_rss_bytes=self.max_memory,
                                      baseline_rss_bytes=self.baseline_rss)
             result.update(t="result", id=frame["id"], token=frame["token"], rss=rss, recycle=recycle)
-            self.send(result)
+            if not self._held:
+                self._held_since = done
+            self._held.append(protocol.encode(result))
             if recycle:
+                self.flush()
                 return
 
     def run(self, frame: dict[str, Any]) -> dict[str, Any]:
@@ -187,7 +225,6 @@ class ChildRuntime:
                 result = self._interrupted(exc)
             finally:
                 self._current = None
-                self._title()
         if not result.get("recorded"):
             result["log"] = log.text()
         return result

@@ -39,6 +39,8 @@ class Settings:
     concurrency: int = field(default_factory=_cpu_count)
     queues: tuple[str, ...] = ("default",)
     poll_interval: float = 0.2
+    prefetch: int = 16  # jobs a child may hold (running + waiting); 1 = one at a time
+    prefetch_max_runtime: float = 0.005  # most work (by recent run times) queued in a child
     max_tasks_per_child: int = 0
     max_memory_per_child: int = 0  # MiB; 0 = no limit
     time_limit: float = 0.0  # seconds; 0 = none
@@ -56,7 +58,7 @@ class Settings:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
-_DURATIONS = {"poll_interval", "time_limit", "soft_time_limit", "grace", "lease_ttl", "retention"}
+_DURATIONS = {"poll_interval", "prefetch_max_runtime", "time_limit", "soft_time_limit", "grace", "lease_ttl", "retention"}
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:

@@ -46,6 +46,12 @@ class Lease:
     alive: bool = True  # the child reported itself running within the last period
 
 
+def _running(lease: Lease) -> bool:
+    """Whether the lease's child is running that attempt now (signals reach only that one)."""
+    job = getattr(lease.child, "job", lease)
+    return job is not None and (job.id, job.token) == (lease.id, lease.token)
+
+
 class Heartbeater:
     def __init__(self, dsn: str, queries: Queries, owner: str, ttl: float,
                  leases: Callable[[], list[Lease]], loop_alive: Callable[[float], bool],
@@ -153,7 +159,7 @@ class Heartbeater:
                 self._fence(lease, "lease lost", now)
                 continue
             self._renewed[key] = now
-            if held[lease.id] and key not in self._cancel_sent:
+            if held[lease.id] and key not in self._cancel_sent and _running(lease):
                 self._cancel_sent.add(key)
                 event(log, logging.INFO, "job.cancel_signalled", job=lease.id)
                 lease.child.signal(signal.SIGUSR2)
@@ -164,9 +170,9 @@ class Heartbeater:
             return
         # The snapshot may be older than the job's result: a job completed while the renewal
         # ran is missing from its answer too. Its child may already run the next job, which a
-        # SIGUSR1 would interrupt (and that lease would then lapse): fence only a held attempt.
-        job = getattr(lease.child, "job", lease)
-        if job is None or (job.id, job.token) != key:
+        # SIGUSR1 would interrupt (and that lease would then lapse): fence only the attempt
+        # the child runs. One still waiting in its pipe is fenced when it starts (a later beat).
+        if not _running(lease):
             return
         self._fenced[key] = now + self.grace
         self.fenced_total += 1

@@ -77,6 +77,10 @@ class Master(SignalsAndShutdown):
         self._job_counters: dict[tuple[str, str, str], Any] = {}
         self._durations: dict[tuple[str, str], Any] = {}
         self._waits: dict[str, Any] = {}
+        # Recent run time per task (seconds, moving average): only jobs of tasks that run in
+        # under prefetch_max_runtime are handed to a child that is still busy.
+        self._runtime: dict[str, float] = {}
+        self._unclaims: set[asyncio.Task] = set()
         self.target = settings.concurrency
         self.generation = 0
         self.tasks: dict[str, dict[str, Any]] = {}
@@ -198,15 +202,18 @@ class Master(SignalsAndShutdown):
 
         inflight = []
         now = time.time()
+        waiting = 0
         for child in self.supervisor.alive():
             job = child.job
+            waiting += len(child.queued)
             if job is not None:
                 started = now - (time.monotonic() - job.dispatched)
                 inflight.append({"id": job.id, "task": job.task, "child": child.index,
                                  "pid": child.pid, "started": round(started, 3)})
         return {"owner": self.owner, "host": self.host, "pid": self.pid, "app": self.settings.app,
                 "queues": list(self.settings.queues), "concurrency": self.target,
-                "busy": len(inflight), "version": __version__, "inflight": inflight}
+                "busy": len(inflight), "prefetched": waiting, "version": __version__,
+                "inflight": inflight}
 
     def health(self) -> dict[str, Any]:
         """Event loop alive (it is answering), database reached recently, children up."""
@@ -261,15 +268,17 @@ class Master(SignalsAndShutdown):
                      f" queues={','.join(s.queues)}")
 
     def leases(self) -> list[Lease]:
-        """In-flight jobs, for the heartbeater thread (a snapshot; safe to call from it)."""
+        """Jobs this master holds leases for (running, or waiting in a child's pipe), for the
+        heartbeater thread: a snapshot, safe to take from it."""
         out = []
         now = time.monotonic()
         quiet = self.settings.lease_ttl / 3
         for child in list(self.supervisor.children.values()):
             job = child.job
-            if job is not None:
-                alive = now - max(child.last_alive, job.dispatched) < quiet
-                out.append(Lease(job.id, job.token, child, job.dispatched, alive))
+            jobs = (job, *child.queued) if job is not None else tuple(child.queued)
+            for held in jobs:
+                alive = now - max(child.last_alive, held.dispatched or held.claimed) < quiet
+                out.append(Lease(held.id, held.token, child, held.claimed, alive))
         return out
 
     def on_frame(self, child: Child, frame: dict[str, Any]) -> None:
@@ -329,10 +338,13 @@ class Master(SignalsAndShutdown):
         else:
             self._settle(job, frame["outcome"], frame, child.index)
         if frame.get("recycle"):
-            child.state = "retiring"  # it exits by itself
+            child.state = "retiring"  # it exits by itself, without reading what it was sent
+            self._give_back(child, "child recycled")
             self.metrics.child_exits.labels(f"recycle_{frame['recycle']}").inc()
             event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
                   reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
+        elif child.queued:
+            self._start(child, child.queued.popleft())  # already in its pipe: it runs it now
         elif child.state == "retiring" or child.generation != self.generation or self.stopping:
             self.supervisor.stop(child)
         else:
@@ -344,6 +356,32 @@ class Master(SignalsAndShutdown):
         if job.timer is not None:
             job.timer.cancel()
         child.job = None
+
+    def _start(self, child: Child, job: Inflight) -> None:
+        """``job`` is the one ``child`` runs from now on."""
+        child.job = job
+        child.state = "busy"
+        job.dispatched = time.monotonic()
+        limit = self._time_limit(job.task)
+        if limit:
+            job.timer = self.loop.call_later(limit, self._hard_timeout, child, job.id, job.token)
+
+    def _give_back(self, child: Child, why: str) -> None:
+        """Jobs waiting in a child that will never run them go back to the queue as if never
+        claimed (their attempt is not counted); fenced ones are not ours to give back."""
+        rows = []
+        while child.queued:
+            job = child.queued.popleft()
+            if (job.id, job.token) in self.fenced:
+                self.fenced.discard((job.id, job.token))
+            else:
+                rows.append({"id": job.id, "lease_token": job.token})
+        if rows:
+            event(log, logging.INFO, "jobs.given_back", child=child.index, pid=child.pid,
+                  jobs=len(rows), reason=why)
+            task = self.loop.create_task(self._unclaim(rows))
+            self._unclaims.add(task)
+            task.add_done_callback(self._unclaims.discard)
 
     def _settle(self, job: Inflight, outcome: str, info: dict[str, Any], child_index: int,
                 crashed: int = 0) -> None:
@@ -373,10 +411,14 @@ class Master(SignalsAndShutdown):
             histogram = self._durations.get(key[:2])
             if histogram is None:
                 histogram = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
-            histogram.observe(time.monotonic() - job.dispatched)
+            took = time.monotonic() - job.dispatched
+            histogram.observe(took)
+            seen = self._runtime.get(job.task)
+            self._runtime[job.task] = took if seen is None else seen + 0.2 * (took - seen)
 
     def on_exit(self, child: Child, status: int) -> None:
         what, sigkill = describe_exit(status)
+        self._give_back(child, "child exited")
         job = child.job
         planned = child.state == "retiring" or child.kill_reason is not None or self.stopping
         if job is not None:
@@ -457,18 +499,22 @@ class Master(SignalsAndShutdown):
             if self._dry and time.monotonic() - self._last_claim < s.poll_interval:
                 continue
             idle = self._idle()
-            if not idle:
+            room, most = self._room(len(idle))
+            # Claim for an idle child at once; top up busy ones only once half the room there
+            # can be is free, so a deep queue is claimed in batches, not a job at a time.
+            if not idle and (room == 0 or room < most // 2):
                 continue
+            limit = len(idle) + room
             for child in idle:
                 child.state = "reserved"
             try:
                 cur = await self.claim_conn.execute(self.q.claim_jobs, {
-                    "queues": list(s.queues), "limit": len(idle), "owner": self.owner,
+                    "queues": list(s.queues), "limit": limit, "owner": self.owner,
                     "ttl": s.lease_ttl})
                 rows = await cur.fetchall()
                 failures = 0
                 self.last_db_ok = self._last_claim = time.monotonic()
-                self._dry = len(rows) < len(idle)
+                self._dry = len(rows) < limit
             except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
                 for child in idle:
                     if child.state == "reserved":
@@ -484,14 +530,7 @@ class Master(SignalsAndShutdown):
                 await backoff_sleep(failures)
                 self.wake()
                 continue
-            ready = [c for c in idle if c.state == "reserved"]
-            orphans = []
-            for row in rows:
-                child = ready.pop(0) if ready else None
-                if child is None or not self._dispatch(child, row):
-                    orphans.append(row)
-            for child in ready:
-                child.state = "idle"
+            orphans = self._hand_out(idle, rows)
             if orphans:
                 await self._unclaim(orphans)
             if rows:
@@ -502,41 +541,127 @@ class Master(SignalsAndShutdown):
                         wait = self._waits[row["queue"]] = self.metrics.wait.labels(row["queue"])
                     wait.observe(max(0.0, row["waited"]))
                 self._title()
-            if len(rows) == len(idle):
+            if len(rows) == limit:
                 self.wake()  # there may be more
         for child in self.supervisor.alive():
             if child.state == "reserved":
                 child.state = "idle"
 
-    def _dispatch(self, child: Child, row: dict[str, Any]) -> bool:
+    # Prefetch: a busy child may be handed more jobs, which wait in its pipe and start the
+    # moment it finishes the one before: no claim, frame or wake-up between them. Only while
+    # every job it holds is of a task whose recent runs were short, and only as long as the
+    # work queued in it (by those run times) stays under prefetch_max_runtime, so no job
+    # waits in a child for longer than that.
+
+    def _cap(self, child: Child) -> int:
+        """How many jobs ``child`` may hold: the prefetch depth, but never more than it will
+        run before --max-tasks-per-child retires it."""
+        cap = self.settings.prefetch
+        if self.settings.max_tasks_per_child:
+            cap = min(cap, self.settings.max_tasks_per_child - child.jobs_done)
+        return cap
+
+    def _backlog(self, child: Child) -> float | None:
+        """Seconds of work ``child`` holds, by recent run times; None if any of it may be long."""
+        total = 0.0
+        for job in (child.job, *child.queued):
+            took = self._runtime.get(job.task) if job is not None else 0.0
+            if took is None or took >= self.settings.prefetch_max_runtime:
+                return None
+            total += took
+        return total
+
+    def _can_top_up(self, child: Child) -> bool:
+        if child.held() >= self._cap(child):
+            return False
+        backlog = self._backlog(child)
+        return backlog is not None and backlog < self.settings.prefetch_max_runtime
+
+    def _topped_up(self) -> list[Child]:
+        """Busy children that may be handed more jobs now."""
+        if self.settings.prefetch <= 1:
+            return []
+        return [c for c in self.supervisor.alive()
+                if c.state == "busy" and c.generation == self.generation and c.job is not None
+                and self._can_top_up(c)]
+
+    def _room(self, idle: int) -> tuple[int, int]:
+        """Jobs to claim beyond one per idle child, and that figure when every child is empty
+        (estimates: rows no child can take are given back, so they err low)."""
+        if self.settings.prefetch <= 1 or not self._runtime:
+            return 0, 0
+        budget = self.settings.prefetch_max_runtime
+        typical = max(max(self._runtime.values()), 1e-6)  # the slowest task seen lately
+        if typical >= budget:
+            return 0, 0
+        ahead = min(self.settings.prefetch, int(budget / typical)) - 1  # behind the one it runs
+        room = idle * ahead
+        for child in self._topped_up():
+            backlog = self._backlog(child) or 0.0
+            room += min(self._cap(child) - child.held(), max(1, int((budget - backlog) / typical)))
+        return room, self.target * ahead
+
+    def _hand_out(self, reserved: list[Child], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Give claimed rows to children: one to each reserved (idle) child, then the rest to
+        the topped-up children holding fewest. One write per child. Returns the rows no child
+        took, to be given back."""
+        rows = list(rows)
+        rows.reverse()
+        batches: dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]] = {}
+        for child in reserved:
+            if child.state != "reserved":
+                continue  # exited while the claim ran
+            if not rows:
+                child.state = "idle"
+                continue
+            self._assign(child, rows.pop(), batches)
+        if rows:
+            takers = self._topped_up()
+            while rows and takers:
+                child = min(takers, key=Child.held)
+                self._assign(child, rows.pop(), batches)
+                if not self._can_top_up(child):
+                    takers.remove(child)
+        orphans = rows[::-1]
+        for child, sent in batches.items():
+            if child.send(b"".join(frame for _, _, frame in sent)):
+                continue
+            # The child is gone (its exit is reported separately): take back what it never got.
+            for job, row, _ in sent:
+                if child.job is job:
+                    self._finish(child, job)
+                else:
+                    child.queued.remove(job)
+                orphans.append(row)
+            child.state = "retiring"
+        return orphans
+
+    def _assign(self, child: Child, row: dict[str, Any],
+                batches: dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]]) -> None:
         job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
                        attempts=row["attempts"], max_attempts=row["max_attempts"],
                        crashes=row["crashes"], created_at=row["created_at"],
-                       dispatched=time.monotonic())
+                       claimed=self._last_claim)
         frame = protocol.job_frame({
             "id": job.id, "token": job.token, "owner": self.owner, "task": job.task,
             "queue": job.queue, "attempt": job.attempts, "max_attempts": job.max_attempts,
             "priority": row["priority"], "created_at": job.created_at,
             "key": row["idempotency_key"], "traceparent": row["traceparent"]}, row["payload"])
-        child.job = job
-        child.state = "busy"
-        if not child.send(frame):
-            child.job = None
-            child.state = "retiring"
-            return False
-        limit = self._time_limit(job.task)
-        if limit:
-            job.timer = self.loop.call_later(limit, self._hard_timeout, child, job.id, job.token)
-        return True
+        if child.job is None:
+            self._start(child, job)
+        else:
+            child.queued.append(job)
+        batches.setdefault(child, []).append((job, row, frame))
 
     async def _unclaim(self, rows: list[dict[str, Any]]) -> None:
-        """Give back jobs claimed for children that went away before they could take them."""
-        for row in rows:
-            try:
-                await self.claim_conn.execute(self.q.unclaim, {
-                    "id": row["id"], "token": row["lease_token"], "owner": self.owner})
-            except Exception as exc:  # noqa: BLE001 - the lease then expires and is reaped
-                event(log, logging.WARNING, "unclaim.failed", job=row["id"], error=db.first_line(exc))
+        """Give back claimed jobs no child started (one statement)."""
+        try:
+            await self.claim_conn.execute(self.q.unclaim, {
+                "ids": [row["id"] for row in rows], "tokens": [row["lease_token"] for row in rows],
+                "owner": self.owner})
+        except Exception as exc:  # noqa: BLE001 - the leases then expire and are reaped
+            event(log, logging.WARNING, "unclaim.failed", jobs=[row["id"] for row in rows],
+                  error=db.first_line(exc))
 
     def _hard_timeout(self, child: Child, job_id: int, token: int) -> None:
         job = child.job

@@ -31,6 +31,8 @@ def run(
     dsn: Optional[str] = typer.Option(None, "--dsn", help="PostgreSQL URL (default: config, env, else embedded)"),
     schema: Optional[str] = typer.Option(None, "--schema"),
     poll_interval: Optional[str] = typer.Option(None, "--poll-interval", help="claim poll floor, e.g. 0.2 or 500ms"),
+    prefetch: Optional[int] = typer.Option(None, "--prefetch", help="jobs a child may hold at once when its tasks are short (default 16; 1 = one at a time)"),
+    prefetch_max_runtime: Optional[str] = typer.Option(None, "--prefetch-max-runtime", help="hand jobs ahead only while the work waiting in a child stays under this (default 5ms)"),
     max_tasks_per_child: Optional[int] = typer.Option(None, "--max-tasks-per-child"),
     max_memory_per_child: Optional[int] = typer.Option(None, "--max-memory-per-child", help="MiB of RSS"),
     time_limit: Optional[str] = typer.Option(None, "--time-limit", help="hard limit per job (child killed)"),
@@ -45,7 +47,8 @@ def run(
     no_migrate: bool = typer.Option(False, "--no-migrate", help="do not apply missing migrations at start"),
 ) -> None:
     overrides = dict(app=app, concurrency=concurrency, queues=queues, database_url=dsn, schema=schema,
-                     poll_interval=poll_interval, max_tasks_per_child=max_tasks_per_child,
+                     poll_interval=poll_interval, prefetch=prefetch,
+                     prefetch_max_runtime=prefetch_max_runtime, max_tasks_per_child=max_tasks_per_child,
                      max_memory_per_child=max_memory_per_child, time_limit=time_limit,
                      soft_time_limit=soft_time_limit, grace=grace, lease_ttl=lease_ttl,
                      retention=retention, metrics_addr=metrics_addr,
@@ -61,6 +64,9 @@ def run(
         raise typer.Exit(2)
     if settings.concurrency < 1:
         typer.echo("jobrun-master: error: -c must be at least 1", err=True)
+        raise typer.Exit(2)
+    if settings.prefetch < 1:
+        typer.echo("jobrun-master: error: --prefetch must be at least 1", err=True)
         raise typer.Exit(2)
     try:
         parse_addr(settings.metrics_addr, settings.metrics_allow_remote)

@@ -117,6 +117,8 @@ class SignalsAndShutdown:
             for child in self.supervisor.alive():
                 self.supervisor.kill(child, "stopping")
             await self._wait_exited(5.0)
+        if self._unclaims:  # jobs that waited in children's pipes, going back to the queue
+            await asyncio.wait(set(self._unclaims), timeout=5.0)
         self.heartbeater.stop()
         if self.completer.running and not await self.completer.drain(10.0):
             event(log, logging.ERROR, "shutdown.unrecorded", jobs=len(self.completer.pending),

@@ -6,11 +6,13 @@ it never parses or re-encodes payloads; only the child decodes them.
 
 master -> child: {"t": "job", "id", "token", "owner", "task", "queue", "attempt",
                   "max_attempts", "priority", "created_at", "key", "payload": <raw JSON>}
+                 (several job frames may come in one write: the child runs them in order)
                  {"t": "stop"}                      finish, then exit 0
 child -> master: {"t": "ready", "pid", "rss", "tasks": {name: config}}
                  {"t": "result", "id", "token", "outcome", "result", "error", "traceback",
                   "delay", "permanent", "rss", "recycle", "recorded"}
-                 ("recorded": a transactional handler's child wrote the outcome itself)
+                 ("recorded": a transactional handler's child wrote the outcome itself;
+                  results of jobs run back to back may come in one write)
                  {"t": "alive"}                    while a job runs, every --alive-interval
 """
 
@@ -64,25 +66,3 @@ class FrameReader:
             frames.append(bytes(self._buf[HEADER.size:end]))
             del self._buf[:end]
         return frames
-
-
-def read_frame(sock) -> bytes | None:
-    """Blocking read of one frame (child side); None on EOF."""
-    header = _read_exact(sock, HEADER.size)
-    if header is None:
-        return None
-    (size,) = HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes exceeds the limit")
-    return _read_exact(sock, size)
-
-
-def _read_exact(sock, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        chunk = sock.recv(n)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)

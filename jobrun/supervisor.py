@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -43,19 +44,22 @@ class Inflight:
     max_attempts: int
     crashes: int
     created_at: float
-    dispatched: float  # monotonic
+    claimed: float  # monotonic: when this master claimed it (the lease's start)
+    dispatched: float = 0.0  # monotonic: when its child started it (0 while it waits)
     timer: asyncio.TimerHandle | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # a process: equal only to itself, and usable as a key
 class Child:
     index: int
     generation: int
     popen: subprocess.Popen
     sock: socket.socket
     pidfd: int
-    state: str = "starting"  # starting | idle | busy | retiring | exited
-    job: Inflight | None = None
+    state: str = "starting"  # starting | idle | reserved | busy | retiring | exited
+    job: Inflight | None = None  # the job it runs
+    # Jobs already written to its socket, behind ``job``, in the order it will run them.
+    queued: deque[Inflight] = field(default_factory=deque)
     kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced
     rss: int = 0
     jobs_done: int = 0
@@ -67,6 +71,9 @@ class Child:
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    def held(self) -> int:
+        return (self.job is not None) + len(self.queued)
 
     def signal(self, signum: int) -> bool:
         """Send a signal if the child has not been reaped; safe from any thread."""
@@ -182,9 +189,9 @@ class Supervisor:
         child.signal(signal.SIGKILL)
 
     def stop(self, child: Child) -> None:
-        """Ask a child to exit after its current job (if any)."""
+        """Ask a child to exit after the jobs it holds (if any)."""
         child.state = "retiring"
-        if child.job is None:
+        if child.job is None and not child.queued:
             child.send(protocol.encode({"t": "stop"}))
 
     def alive(self) -> list[Child]:

@@ -76,3 +76,25 @@ def test_each_lease_is_judged_on_its_own_clock():
     hb.tick(12.5)
     assert late.signals == [signal.SIGUSR1] and early.signals[-1] == signal.SIGKILL
     assert [f[0] for f in fences] == [1, 2]
+
+
+class Busy(FakeChild):
+    """A child that runs ``job`` while others wait in its pipe."""
+
+    def __init__(self, job: Lease) -> None:
+        super().__init__()
+        self.job = job
+
+
+def test_a_lease_waiting_in_a_pipe_is_fenced_once_its_child_runs_it():
+    running = Lease(1, 1, None, 100.0)
+    child = Busy(running)
+    waiting = Lease(2, 1, child, 0.0)  # long past its deadline, but not started
+    fences: list = []
+    hb = make(3.0, [waiting], fences)
+    hb.tick(5.0)
+    # A signal now would interrupt job 1, whose lease is fine.
+    assert child.signals == [] and fences == []
+    child.job = waiting  # job 1 finished; the child starts job 2
+    hb.tick(5.1)
+    assert child.signals == [signal.SIGUSR1] and fences == [(2, "not renewed in time")]

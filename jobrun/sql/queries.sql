@@ -282,8 +282,10 @@ SELECT k.name AS queue,
   FROM {schema}.queues k
 
 -- name: unclaim
--- Give back a job this master claimed but could not hand to a child: it never started, so its attempt is not counted.
-UPDATE {schema}.jobs
-   SET status = 'queued', attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
+-- Give back jobs this master claimed but no child started (none could take them, or they
+-- waited in a child that exited): their attempts are not counted.
+UPDATE {schema}.jobs j
+   SET status = 'queued', attempts = j.attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
        started_at = NULL
- WHERE id = %(id)s AND lease_token = %(token)s AND lease_owner = %(owner)s AND status = 'leased'
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
+ WHERE j.id = u.id AND j.lease_token = u.token AND j.lease_owner = %(owner)s AND j.status = 'leased'

@@ -60,7 +60,10 @@ def _crash(how: str) -> None:
 
 @app.task("crash")
 def crash(job: jobrun.Job):
-    _crash((job.payload or {}).get("how", "sigkill"))
+    how = (job.payload or {}).get("how", "sigkill")
+    if how == "none":  # a quick run, so the master learns this task is short
+        return "spared"
+    _crash(how)
 
 
 @app.task("crash_once")
