@@ -40,7 +40,7 @@ class Settings:
     queues: tuple[str, ...] = ("default",)
     poll_interval: float = 0.2
     prefetch: int = 16  # jobs a child may hold (running + waiting); 1 = one at a time
-    prefetch_max_runtime: float = 0.005  # most work (by recent run times) queued in a child
+    prefetch_max_runtime: float = 0.02  # most work (by recent run times) queued in a child
     max_tasks_per_child: int = 0
     max_memory_per_child: int = 0  # MiB; 0 = no limit
     time_limit: float = 0.0  # seconds; 0 = none

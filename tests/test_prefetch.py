@@ -56,7 +56,7 @@ def test_prefetch_1_hands_one_job_at_a_time(master, client, db):
 
 def test_slow_tasks_are_not_handed_ahead(master, client, db):
     master("-c", "1", ready=1)
-    # sleep(0.05) runs ten times longer than the 5 ms budget: one job per claim.
+    # sleep(0.05) runs longer than the 20 ms budget: one job per claim.
     ids = enqueue(client, [("sleep", 0.05)] * 12)
     db.wait_status(ids, timeout=60)
     assert_ran_once(db, ids)
