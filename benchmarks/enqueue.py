@@ -9,17 +9,26 @@ repeated --repeat times (median reported, jobs table truncated before every run)
   sql enqueue_many      --total jobs via SELECT enqueue_many(...) with pre-built arrays
   sql enqueue           N sequential SELECT enqueue(...), each its own transaction
 
+With --against REV, the client enqueue_many cases run for this tree and for jobrun as of git
+revision REV (exported with `git archive`), each in a fresh process on a schema its own code
+migrated, alternating run by run on the same server: a before/after under the same load.
+
     .venv/bin/python benchmarks/enqueue.py --pg-bin /usr/lib/postgresql/15/bin
+    .venv/bin/python benchmarks/enqueue.py --pg-bin /usr/lib/postgresql/15/bin --against main
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Callable
 
 import psycopg
@@ -31,6 +40,7 @@ from jobrun.records import JobSpec
 from jobrun.testing import Cluster
 
 TASK = "bench.email_send"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def payload(i: int) -> dict:
@@ -73,7 +83,12 @@ class Bench:
         self.admin.close()
 
 
-def run_all(bench: Bench, single: int, total: int, batches: list[int]) -> None:
+def bulk(client: jobrun.Client, total: int, b: int) -> None:
+    for start in range(0, total, b):
+        client.enqueue_many([JobSpec(TASK, payload(i)) for i in range(start, min(start + b, total))])
+
+
+def run_all(bench: Bench, single: int, total: int, batches: list[int], against: str | None) -> None:
     client = jobrun.Client(bench.dsn, schema=bench.schema)
 
     def client_single() -> None:
@@ -82,12 +97,11 @@ def run_all(bench: Bench, single: int, total: int, batches: list[int]) -> None:
 
     bench.case(f"client enqueue x{single}", single, client_single)
 
-    for b in batches:
-        def client_bulk(b: int = b) -> None:
-            for start in range(0, total, b):
-                client.enqueue_many([JobSpec(TASK, payload(i)) for i in range(start, min(start + b, total))])
-
-        bench.case(f"client enqueue_many, {b:,}/call", total, client_bulk)
+    if against is None:
+        for b in batches:
+            bench.case(f"client enqueue_many, {b:,}/call", total, lambda b=b: bulk(client, total, b))
+    else:
+        alternate(bench, total, batches, against)
 
     tasks = [TASK] * total
     texts = [json.dumps(payload(i), separators=(",", ":")) for i in range(total)]
@@ -112,14 +126,77 @@ def run_all(bench: Bench, single: int, total: int, batches: list[int]) -> None:
     client.close()
 
 
+def export(rev: str, into: Path) -> None:
+    """Write jobrun as of git revision ``rev`` into ``into``."""
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", rev, "jobrun"], check=True,
+                         capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
+
+
+def worker(tree: Path, *args: str) -> dict:
+    """Run this script's --worker mode with the jobrun found in ``tree``; its JSON answer."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, __file__, "--worker", *args], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark worker for {tree} failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def alternate(bench: Bench, total: int, batches: list[int], rev: str) -> None:
+    """The client bulk cases, this tree and ``rev`` taking turns, each run in a new process."""
+    with tempfile.TemporaryDirectory(prefix="jobrun-rev-") as tmp:
+        export(rev, Path(tmp))
+        sides = [("", REPO, bench.schema), (f" @ {rev}", Path(tmp), bench.schema + "_rev")]
+        worker(sides[1][1], "--dsn", bench.dsn, "--schema", sides[1][2], "--migrate")
+        rates: dict[tuple[str, int], list[float]] = {}
+        try:
+            for run in range(bench.repeat):
+                for label, tree, schema in sides if run % 2 == 0 else sides[::-1]:
+                    got = worker(tree, "--dsn", bench.dsn, "--schema", schema, "--total", str(total),
+                                 "--batches", ",".join(map(str, batches)))
+                    for b in batches:
+                        rates.setdefault((label, b), []).append(got[str(b)])
+        finally:
+            bench.admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(sides[1][2])))
+    for b in batches:
+        for label, _, _ in sides:
+            name = f"client enqueue_many, {b:,}/call{label}"
+            bench.rows.append((name, total, rates[(label, b)]))
+            print(f"  {name:<40} median {statistics.median(rates[(label, b)]):>10,.0f} jobs/s",
+                  file=sys.stderr, flush=True)
+
+
+def worker_main(args: argparse.Namespace) -> int:
+    """One run of each bulk case (or, with --migrate, only the migration) with the jobrun on
+    PYTHONPATH; prints {batch: jobs/s} as JSON."""
+    if args.migrate:
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            migrate.migrate(conn, args.schema)
+        print(json.dumps({}))
+        return 0
+    bench = Bench(args.dsn, args.schema, 1)
+    client = jobrun.Client(args.dsn, schema=args.schema)
+    result = {}
+    for b in (int(b) for b in args.batches.split(",")):
+        bench.case(f"{b}", args.total, lambda b=b: bulk(client, args.total, b))
+        result[b] = bench.rows[-1][2][0]
+    client.close()
+    bench.close()
+    print(json.dumps(result))
+    return 0
+
+
 def print_table(bench: Bench, header: list[str]) -> None:
     for line in header:
         print(line)
     print()
-    print(f"| {'case':<34} | {'jobs/run':>9} | {'median jobs/s':>13} | {'min':>9} | {'max':>9} |")
-    print(f"|{'-' * 36}|{'-' * 11}|{'-' * 15}|{'-' * 11}|{'-' * 11}|")
+    w = max([34] + [len(name) for name, _, _ in bench.rows])
+    print(f"| {'case':<{w}} | {'jobs/run':>9} | {'median jobs/s':>13} | {'min':>9} | {'max':>9} |")
+    print(f"|{'-' * (w + 2)}|{'-' * 11}|{'-' * 15}|{'-' * 11}|{'-' * 11}|")
     for name, jobs, rates in bench.rows:
-        print(f"| {name:<34} | {jobs:>9,} | {statistics.median(rates):>13,.0f} |"
+        print(f"| {name:<{w}} | {jobs:>9,} | {statistics.median(rates):>13,.0f} |"
               f" {min(rates):>9,.0f} | {max(rates):>9,.0f} |")
 
 
@@ -129,9 +206,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dsn", help="use this server instead of starting one (a scratch schema is created and dropped)")
     ap.add_argument("--single", type=int, default=2000, help="jobs in the one-at-a-time cases (default 2000)")
     ap.add_argument("--total", type=int, default=100_000, help="jobs in the bulk cases (default 100000)")
-    ap.add_argument("--batches", default="1000,10000", help="bulk batch sizes, comma-separated")
+    ap.add_argument("--batches", default="1000,5000,10000", help="bulk batch sizes, comma-separated")
     ap.add_argument("--repeat", type=int, default=3, help="runs per case; the median is reported")
+    ap.add_argument("--against", metavar="REV",
+                    help="also run the client enqueue_many cases with jobrun as of this git revision,"
+                         " alternating with this tree")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--schema", help=argparse.SUPPRESS)
+    ap.add_argument("--migrate", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        return worker_main(args)
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
 
     cluster = None
@@ -150,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(f"PostgreSQL {version}, fsync={fsync}, synchronous_commit={sync_commit};"
                   f" {args.repeat} runs per case", file=sys.stderr, flush=True)
-            run_all(bench, args.single, args.total, batches)
+            run_all(bench, args.single, args.total, batches, args.against)
         finally:
             bench.close()
         payload_bytes = len(json.dumps(payload(12345), separators=(",", ":")))

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generator, Iterable, Sequence
 
 from . import validate
-from .errors import InvalidInput, NotFound, Refused
+from .errors import InvalidInput, NotFound, Refused, UnknownQueue
 from .records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
 from .sql import Queries
 from .tracing import current_traceparent
@@ -74,51 +74,104 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
     return Enqueued(JobRecord.from_row({**row, "payload": stored}), created)
 
 
+# JobSpec fields beyond task and payload, all None when an item takes every call default.
+_NO_OPTIONS = (None, None, None, None, None, None)
+
+
+def _item_options(spec: JobSpec) -> tuple:
+    """(queue, priority, (run_at, delay seconds), max_attempts, idempotency key) of one item,
+    checked; None where the item takes the call's default."""
+    queue = validate.queue_name(spec.queue) if spec.queue is not None else None
+    priority = validate.priority(spec.priority) if spec.priority is not None else None
+    limit = validate.max_attempts(spec.max_attempts)
+    key = validate.idempotency_key(spec.idempotency_key)
+    when = _when(spec.run_at, spec.delay) if (spec.run_at or spec.delay is not None) else None
+    return queue, priority, when, limit, key
+
+
+def _column(options: dict[int, tuple], field: int, default: Any, count: int) -> list | None:
+    """One option for every item (the call's default where an item sets none), or None when
+    no item sets it."""
+    if all(o[field] is None for o in options.values()):
+        return None
+    column = [default] * count
+    for n, o in options.items():
+        if o[field] is not None:
+            column[n] = o[field]
+    return column
+
+
 def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, Any]], *,
                  queue: str = "default", priority: int = 0, run_at: datetime | None = None,
                  delay: float | str | None = None, max_attempts: int | None = None) -> Op:
-    tasks: list[str] = []
-    payloads: list[str] = []
-    queues: list[str] = []
-    priorities: list[int] = []
-    run_ats: list[datetime | None] = []
-    limits: list[int | None] = []
-    keys: list[str | None] = []
     validate.queue_name(queue)
     validate.priority(priority)
     validate.max_attempts(max_attempts)
     default_when = _when(run_at, delay)
-    # Delays become absolute times on the database clock, read once for the whole batch.
-    any_delay = False
+    tasks: list[str] = []
+    payloads: list[str] = []
+    options: dict[int, tuple] = {}  # by position: the items that set more than task and payload
+    checked: set[str] = set()       # task names already validated in this batch
     for n, item in enumerate(items):
-        spec = item if isinstance(item, JobSpec) else JobSpec(*item)
+        if type(item) is tuple and len(item) == 2:
+            task, body = item
+            spec = None
+        else:
+            spec = item if isinstance(item, JobSpec) else JobSpec(*item)
+            task, body = spec.task, spec.payload
         try:
-            tasks.append(validate.task_name(spec.task))
-            payloads.append(validate.payload(spec.payload, limit))
-            queues.append(validate.queue_name(spec.queue) if spec.queue is not None else queue)
-            priorities.append(validate.priority(spec.priority) if spec.priority is not None else priority)
-            limits.append(validate.max_attempts(spec.max_attempts) if spec.max_attempts is not None else max_attempts)
-            keys.append(validate.idempotency_key(spec.idempotency_key))
-            when, secs = _when(spec.run_at, spec.delay) if (spec.run_at or spec.delay is not None) else default_when
+            if type(task) is not str or task not in checked:
+                checked.add(validate.task_name(task))
+            tasks.append(task)
+            payloads.append(validate.payload(body, limit))
+            if spec is not None and (spec.queue, spec.priority, spec.run_at, spec.delay,
+                                     spec.max_attempts, spec.idempotency_key) != _NO_OPTIONS:
+                options[n] = _item_options(spec)
         except InvalidInput as exc:
             raise InvalidInput(f"job {n}: {exc}") from None
-        if secs is not None:
-            any_delay = True
-        run_ats.append(when if secs is None else secs)  # type: ignore[arg-type]
     if not tasks:
         return []
-    if any_delay:
+    count = len(tasks)
+    queues = _column(options, 0, queue, count)
+    priorities = _column(options, 1, priority, count)
+    whens = _column(options, 2, default_when, count)
+    limits = _column(options, 3, max_attempts, count)
+    keys = _column(options, 4, None, count)
+    # Delays become absolute times on the database clock, read once for the whole batch.
+    base: datetime | None = None
+    if default_when[1] is not None or any(secs is not None for _, secs in whens or ()):
         rows = yield Step(q.db_now, {})
-        base: datetime = rows[0]["now"]
-        run_ats = [base + timedelta(seconds=v) if isinstance(v, float) else v for v in run_ats]
+        base = rows[0]["now"]
+
+    def absolute(when: tuple[datetime | None, float | None]) -> datetime | None:
+        at, secs = when
+        return at if secs is None else base + timedelta(seconds=secs)  # type: ignore[operator]
+
+    run_ats = [absolute(w) for w in whens] if whens is not None else None
+    tp = current_traceparent()
+    if keys is None:
+        # Every job is new: a plain insert. Payload sizes were checked above, with the cap the
+        # SQL functions use.
+        rows = yield Step(q.insert_jobs, {
+            "n": count, "queue_names": sorted(set(queues)) if queues else [queue],
+            "tasks": tasks, "payloads": payloads, "queue": queue, "queues": queues,
+            "priority": priority, "priorities": priorities, "run_at": absolute(default_when),
+            "run_ats": run_ats, "max_attempts": max_attempts, "attempt_limits": limits,
+            "traceparent": tp,
+        })
+        missing = rows[0]["undeclared"]
+        if missing is not None:
+            raise UnknownQueue(f'queue "{missing}" is not declared'
+                               f" (declare it with: jobrun queue add {missing})")
+        return [(job_id, True) for job_id in rows[0]["ids"]]
     yield from _payload_limit_steps(q, limit)
+    default_at = absolute(default_when)
     rows = yield Step(q.enqueue_many, {
-        "tasks": tasks, "payloads": payloads, "queues": queues,
-        "priorities": priorities if any(priorities) else None,
-        "run_ats": run_ats if any(r is not None for r in run_ats) else None,
-        "max_attempts": limits if any(v is not None for v in limits) else None,
-        "idempotency_keys": keys if any(k is not None for k in keys) else None,
-        "traceparents": [tp] * len(tasks) if (tp := current_traceparent()) else None,
+        "tasks": tasks, "payloads": payloads, "queues": queues or [queue] * count,
+        "priorities": priorities or ([priority] * count if priority else None),
+        "run_ats": run_ats or ([default_at] * count if default_at else None),
+        "attempt_limits": limits or ([max_attempts] * count if max_attempts else None),
+        "idempotency_keys": keys, "traceparents": [tp] * count if tp else None,
     })
     return [(row["id"], row["created"]) for row in rows]
 

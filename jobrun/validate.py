@@ -126,10 +126,15 @@ def _check_encoded(text: str, obj: Any, limit: int) -> str:
     return text
 
 
+# json.dumps with these options builds a new encoder on every call; bulk enqueue calls this
+# once per job.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def payload(obj: Any, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Encode a Python payload to the JSON text stored in jobs.payload."""
     try:
-        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _encode(obj)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from None
     return _check_encoded(text, obj, limit)

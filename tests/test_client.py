@@ -390,6 +390,79 @@ def test_bulk_of_nothing(client):
     assert client.enqueue_many([]) == []
 
 
+def stored_jobs(conn: psycopg.Connection, schema: str, ids: list[int]) -> list[tuple]:
+    """(task, payload, queue, priority, seconds from created_at to run_at, max_attempts) of
+    each id, in the order given."""
+    query = sql.SQL("SELECT id, task, payload, queue, priority,"
+                    " round(extract(epoch FROM run_at - created_at)), max_attempts"
+                    " FROM {}.jobs WHERE id = ANY(%s)").format(sql.Identifier(schema))
+    rows = {r[0]: r[1:] for r in conn.execute(query, [ids])}
+    return [rows[i] for i in ids]
+
+
+def mixed_bulk(key_prefix: str | None) -> list:
+    """Items that between them set every per-item option (and keys, given a prefix)."""
+    when = datetime(2032, 1, 1, tzinfo=timezone.utc)
+    items: list = [("t.plain", {"i": 0}),
+                   JobSpec("t.spec", [1]),
+                   JobSpec("t.queue", 2, queue="other"),
+                   JobSpec("t.prio", 3, priority=-9),
+                   JobSpec("t.delay", 4, delay="2h"),
+                   JobSpec("t.at", 5, run_at=when),
+                   JobSpec("t.tries", 6, max_attempts=2),
+                   ("t.plain", None)]
+    if key_prefix is not None:
+        items = [(JobSpec(*item) if isinstance(item, tuple) else item) for item in items]
+        items = [JobSpec(s.task, s.payload, s.queue, s.priority, s.run_at, s.delay,
+                         s.max_attempts, f"{key_prefix}{n}") for n, s in enumerate(items)]
+    return items
+
+
+def test_bulk_without_keys_stores_each_items_options_in_input_order(client, admin_conn, schema):
+    """Without idempotency keys every job is new and takes the plain insert; with keys, the
+    SQL function: both store the same jobs and return their ids in input order."""
+    client.declare_queue("bulkq")
+    client.declare_queue("other")
+    stored = {}
+    for prefix in (None, "k"):
+        result = client.enqueue_many(mixed_bulk(prefix), queue="bulkq", priority=3, delay=60,
+                                     max_attempts=4)
+        assert [c for _, c in result] == [True] * 8
+        ids = [i for i, _ in result]
+        assert ids == sorted(ids)
+        stored[prefix] = stored_jobs(admin_conn, schema, ids)
+    assert stored[None] == stored["k"]
+    when = datetime(2032, 1, 1, tzinfo=timezone.utc)
+    at = round((when - db_now(admin_conn)).total_seconds())
+    rows = [r[:5] for r in stored[None]]
+    assert [r[0] for r in rows] == ["t.plain", "t.spec", "t.queue", "t.prio", "t.delay", "t.at",
+                                    "t.tries", "t.plain"]
+    assert [r[1] for r in rows] == [{"i": 0}, [1], 2, 3, 4, 5, 6, None]
+    assert [r[2] for r in rows] == ["bulkq", "bulkq", "other"] + ["bulkq"] * 5
+    assert [r[3] for r in rows] == [3, 3, 3, -9, 3, 3, 3, 3]
+    assert [r[4] for r in rows][:5] == [60, 60, 60, 60, 7200]
+    assert abs(rows[5][4] - at) < 60 and rows[6][4] == rows[7][4] == 60
+    assert [r[5] for r in stored[None]] == [4, 4, 4, 4, 4, 4, 2, 4]
+
+
+def test_bulk_without_keys_joins_the_callers_transaction(pg_dsn, client, admin_conn, schema,
+                                                          listener):
+    with psycopg.connect(pg_dsn) as conn:
+        result = client.enqueue_many([("t", i) for i in range(5)], conn=conn)
+        assert [client.get(i, conn=conn).payload for i, _ in result] == [0, 1, 2, 3, 4]
+        assert count_jobs(admin_conn, schema) == 0
+        conn.rollback()
+        with pytest.raises(UnknownQueue, match='queue "nowhere" is not declared'):
+            client.enqueue_many([("t", 1), JobSpec("t", 2, queue="nowhere")], conn=conn)
+        conn.commit()
+        assert count_jobs(admin_conn, schema) == 0
+        client.enqueue_many([("t", 6)], conn=conn)
+        conn.commit()
+    assert count_jobs(admin_conn, schema) == 1
+    # One wake-up, from the committed transaction only.
+    assert listener.until(listener.mark()) == ["default", "--marker--"]
+
+
 # --- bad input changes nothing ---------------------------------------------------------------
 
 

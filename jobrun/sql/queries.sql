@@ -14,12 +14,35 @@ SELECT id, created, queue, task, status, priority, run_at, attempts, max_attempt
                         traceparent => %(traceparent)s)
 
 -- name: enqueue_many
--- Enqueue many jobs in one statement; one (id, created) row per input, in input order.
+-- Enqueue many jobs through the SQL API (any with an idempotency key); one (id, created) row per input, in input order.
 SELECT id, created
-  FROM {schema}.enqueue_many(%(tasks)s::text[], %(payloads)s::text[]::jsonb[], %(queues)s::text[],
-                             %(priorities)s::integer[], %(run_ats)s::timestamptz[],
-                             %(max_attempts)s::integer[], %(idempotency_keys)s::text[],
-                             %(traceparents)s::text[])
+  FROM {schema}.enqueue_many(%(tasks)b::text[], %(payloads)b::text[]::jsonb[], %(queues)b::text[],
+                             %(priorities)b::integer[], %(run_ats)b::timestamptz[],
+                             %(attempt_limits)b::integer[], %(idempotency_keys)b::text[],
+                             %(traceparents)b::text[])
+
+-- name: insert_jobs
+-- Insert many new jobs (no idempotency keys; values checked by the client) in one statement; returns their ids in input order, or, inserting nothing, an undeclared queue.
+WITH undeclared AS (
+    SELECT u.name FROM unnest(%(queue_names)b::text[]) AS u(name)
+     WHERE NOT EXISTS (SELECT FROM {schema}.queues k WHERE k.name = u.name)
+     LIMIT 1
+), ids AS MATERIALIZED (
+    -- Drawn in input order and zipped with the input below: ids[i] is the id of item i.
+    SELECT ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('{schema}.jobs', 'id')::regclass))
+                   FROM generate_series(1, %(n)s::integer) ORDER BY 1) AS ids
+     WHERE NOT EXISTS (SELECT FROM undeclared)
+), ins AS (
+    INSERT INTO {schema}.jobs (id, queue, task, payload, priority, run_at, max_attempts, traceparent)
+    SELECT u.id, coalesce(u.queue, %(queue)s::text), u.task, u.payload::jsonb,
+           coalesce(u.priority, %(priority)s::integer), coalesce(u.run_at, %(run_at)s::timestamptz, now()),
+           coalesce(u.max_attempts, %(max_attempts)s::integer, 5), %(traceparent)s::text
+      FROM ids, unnest(ids.ids, %(tasks)b::text[], %(payloads)b::text[], %(queues)b::text[],
+                       %(priorities)b::integer[], %(run_ats)b::timestamptz[],
+                       %(attempt_limits)b::integer[])
+           AS u(id, task, payload, queue, priority, run_at, max_attempts)
+)
+SELECT (SELECT name FROM undeclared) AS undeclared, (SELECT ids FROM ids) AS ids
 
 -- name: set_payload_limit
 -- Tell the SQL enqueue functions the configured payload cap (session setting).
