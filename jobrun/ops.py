@@ -46,6 +46,10 @@ def _when(run_at: datetime | None, delay: float | str | None) -> tuple[datetime 
     return None, (validate.duration(delay) if delay is not None else None)
 
 
+def _undeclared(queue: str) -> UnknownQueue:
+    return UnknownQueue(f'queue "{queue}" is not declared (declare it with: jobrun queue add {queue})')
+
+
 def _payload_limit_steps(q: Queries, limit: int):
     if limit != validate.DEFAULT_MAX_PAYLOAD_BYTES:
         yield Step(q.set_payload_limit, {"limit": str(limit)})
@@ -64,8 +68,14 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
         "idempotency_key": validate.idempotency_key(idempotency_key),
         "traceparent": traceparent or current_traceparent(),
     }
-    yield from _payload_limit_steps(q, limit)
-    rows = yield Step(q.enqueue, params)
+    if params["idempotency_key"] is None:
+        # A new job for certain: one plain insert (the payload size was checked above).
+        rows = yield Step(q.insert_job, params)
+        if not rows:
+            raise _undeclared(queue)
+    else:
+        yield from _payload_limit_steps(q, limit)
+        rows = yield Step(q.enqueue, params)
     row = dict(rows[0])
     created = row.pop("created")
     # The stored payload equals ours (a replay with another body is a conflict), so it is not
@@ -161,8 +171,7 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
         })
         missing = rows[0]["undeclared"]
         if missing is not None:
-            raise UnknownQueue(f'queue "{missing}" is not declared'
-                               f" (declare it with: jobrun queue add {missing})")
+            raise _undeclared(missing)
         return [(job_id, True) for job_id in rows[0]["ids"]]
     yield from _payload_limit_steps(q, limit)
     default_at = absolute(default_when)

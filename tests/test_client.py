@@ -463,6 +463,22 @@ def test_bulk_without_keys_joins_the_callers_transaction(pg_dsn, client, admin_c
     assert listener.until(listener.mark()) == ["default", "--marker--"]
 
 
+def test_single_enqueue_without_key_joins_the_callers_transaction(pg_dsn, client, admin_conn,
+                                                                  schema, listener):
+    with psycopg.connect(pg_dsn) as conn:
+        job = client.enqueue("t", {"x": 1}, delay=60, conn=conn).job
+        assert client.get(job.id, conn=conn).payload == {"x": 1}
+        assert count_jobs(admin_conn, schema) == 0
+        conn.rollback()
+        with pytest.raises(UnknownQueue, match='queue "nowhere" is not declared'):
+            client.enqueue("t", 2, queue="nowhere", conn=conn)
+        kept = client.enqueue("t", 3, conn=conn).job  # the transaction is still usable
+        conn.commit()
+    assert count_jobs(admin_conn, schema) == 1
+    assert client.get(kept.id).payload == 3
+    assert listener.until(listener.mark()) == ["default", "--marker--"]
+
+
 # --- bad input changes nothing ---------------------------------------------------------------
 
 

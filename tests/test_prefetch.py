@@ -8,9 +8,14 @@ A claim stamps ``started_at`` with its statement's time, so the number of distin
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+
+import pytest
 
 from jobrun.testing import wait_for
 
+from tests.masterproc import APP, ROOT
 from tests.test_master import Db, db, enqueue, master  # noqa: F401 - fixtures
 
 N = 300
@@ -89,3 +94,15 @@ def test_no_child_is_handed_jobs_past_its_task_limit(master, client, db):
              message="children recycled every 7 jobs")
     # Recycling is planned for: nothing was in a retiring child's pipe.
     assert "jobs.given_back" not in m.stderr()
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--prefetch", "0"), "--prefetch must be at least 1"),
+    (("--prefetch-max-runtime", "soon"), "invalid duration"),
+])
+def test_bad_prefetch_settings_are_refused(db_env, args, says):
+    env = {**db_env, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "jobrun.master_cli", "-A", APP, *args], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr

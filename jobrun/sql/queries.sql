@@ -13,6 +13,16 @@ SELECT id, created, queue, task, status, priority, run_at, attempts, max_attempt
                         max_attempts => %(max_attempts)s, idempotency_key => %(idempotency_key)s,
                         traceparent => %(traceparent)s)
 
+-- name: insert_job
+-- Insert one new job (no idempotency key; values checked by the client); no row if its queue is not declared.
+INSERT INTO {schema}.jobs (queue, task, payload, priority, run_at, max_attempts, traceparent)
+SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
+       coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8), now()),
+       coalesce(%(max_attempts)s::integer, 5), %(traceparent)s::text
+ WHERE EXISTS (SELECT FROM {schema}.queues k WHERE k.name = %(queue)s)
+RETURNING id, true AS created, queue, task, status, priority, run_at, attempts, max_attempts,
+          idempotency_key, created_at
+
 -- name: enqueue_many
 -- Enqueue many jobs through the SQL API (any with an idempotency key); one (id, created) row per input, in input order.
 SELECT id, created
