@@ -45,6 +45,8 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_BOOT_ERROR = 3
 MAX_EARLY_DEATHS = 5
+# While results keep arriving, completion statements start at most this often (see completer).
+COMPLETE_LINGER = 0.005
 
 
 def describe_exit(status: int) -> tuple[str, bool]:
@@ -96,6 +98,7 @@ class Master(SignalsAndShutdown):
         # The last claim came back short: the queues are dry until a notification or the poll
         # floor says otherwise, so a child freed meanwhile does not cost a claim statement.
         self._dry = False
+        self._announced = 0  # notifications so far: one that arrives during a claim undries
         self._last_claim = 0.0
         self.metrics = Metrics()
         self.started_at = time.time()
@@ -123,7 +126,8 @@ class Master(SignalsAndShutdown):
         m = self.metrics
         self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
                                    on_refused=self._on_refused,
-                                   on_db_error=m.db_errors.labels("complete").inc)
+                                   on_db_error=m.db_errors.labels("complete").inc,
+                                   linger=COMPLETE_LINGER)
         self.notifier = Notifier(self.dsn, self.q.channel, set(s.queues), self.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
         self.reaper = Reaper(self.dsn, self.q, interval=max(0.5, min(5.0, s.lease_ttl / 3)),
@@ -190,6 +194,7 @@ class Master(SignalsAndShutdown):
     def wake_for_jobs(self) -> None:
         """New jobs were announced (NOTIFY, or the LISTEN connection came back)."""
         self._dry = False
+        self._announced += 1
         self.wake_event.set()
 
     def _on_refused(self, items: list[Completion]) -> None:
@@ -499,14 +504,16 @@ class Master(SignalsAndShutdown):
             if self._dry and time.monotonic() - self._last_claim < s.poll_interval:
                 continue
             idle = self._idle()
-            room, most = self._room(len(idle))
-            # Claim for an idle child at once; top up busy ones only once half the room there
-            # can be is free, so a deep queue is claimed in batches, not a job at a time.
-            if not idle and (room == 0 or room < most // 2):
+            room, most, dry_soon = self._room(len(idle))
+            # Claim for an idle child at once; top up busy ones when one of them runs its last
+            # job or three quarters of the room there can be is free, so a deep queue is
+            # claimed in batches, not a job at a time, and no child waits for a claim.
+            if not idle and (room == 0 or (not dry_soon and room < most * 3 // 4)):
                 continue
             limit = len(idle) + room
             for child in idle:
                 child.state = "reserved"
+            announced = self._announced
             try:
                 cur = await self.claim_conn.execute(self.q.claim_jobs, {
                     "queues": list(s.queues), "limit": limit, "owner": self.owner,
@@ -514,7 +521,9 @@ class Master(SignalsAndShutdown):
                 rows = await cur.fetchall()
                 failures = 0
                 self.last_db_ok = self._last_claim = time.monotonic()
-                self._dry = len(rows) < limit
+                # Short means dry, unless jobs were announced while the claim ran (its snapshot
+                # may predate them).
+                self._dry = len(rows) < limit and self._announced == announced
             except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
                 for child in idle:
                     if child.state == "reserved":
@@ -585,21 +594,24 @@ class Master(SignalsAndShutdown):
                 if c.state == "busy" and c.generation == self.generation and c.job is not None
                 and self._can_top_up(c)]
 
-    def _room(self, idle: int) -> tuple[int, int]:
-        """Jobs to claim beyond one per idle child, and that figure when every child is empty
-        (estimates: rows no child can take are given back, so they err low)."""
+    def _room(self, idle: int) -> tuple[int, int, bool]:
+        """Jobs to claim beyond one per idle child; that figure when every child is empty; and
+        whether a child that may be topped up runs its last job (estimates: rows no child can
+        take are given back, so they err low)."""
         if self.settings.prefetch <= 1 or not self._runtime:
-            return 0, 0
+            return 0, 0, False
         budget = self.settings.prefetch_max_runtime
         typical = max(max(self._runtime.values()), 1e-6)  # the slowest task seen lately
         if typical >= budget:
-            return 0, 0
+            return 0, 0, False
         ahead = min(self.settings.prefetch, int(budget / typical)) - 1  # behind the one it runs
         room = idle * ahead
+        dry_soon = False
         for child in self._topped_up():
             backlog = self._backlog(child) or 0.0
             room += min(self._cap(child) - child.held(), max(1, int((budget - backlog) / typical)))
-        return room, self.target * ahead
+            dry_soon = dry_soon or not child.queued
+        return room, self.target * ahead, dry_soon
 
     def _hand_out(self, reserved: list[Child], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Give claimed rows to children: one to each reserved (idle) child, then the rest to
