@@ -11,7 +11,8 @@ SQL only, no master: the statements the master runs on its hot path (`claim_jobs
    each, inserted by one INSERT ... SELECT generate_series per table, then VACUUM ANALYZE
    (the state autovacuum reaches after a bulk load).
 2. For each backlog size (default 10k, 100k, 1M queued runnable jobs): top the queue up to
-   that size, then run `--cycles` cycles of "claim 50 (one statement, commit); complete those
+   that size and VACUUM ANALYZE the jobs table (so each size starts vacuumed, not carrying
+   the dead tuples of the sizes before it), then run `--cycles` cycles of "claim 50 (one statement, commit); complete those
    50 with 50 attempt rows (one statement, commit)". After each cycle 50 new jobs are
    enqueued in an untimed transaction, so the backlog stays at its size. Printed: claim ms
    (median, p99), complete ms (median, p99), and jobs/s of the timed claim+complete loop.
@@ -196,7 +197,10 @@ def run_sizes(bench: Bench, args: argparse.Namespace, schema: str) -> list[list[
         for size in args.sizes:
             t = time.monotonic()
             added = top_up(conn, schema, size)
-            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "jobs")))
+            # Every size starts from the same state, vacuumed: what the earlier sizes' cycles
+            # left dead would otherwise be charged to the later (deeper) ones. Dead tuples
+            # piling up within a run are what the pathology run (below) and soak.py measure.
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(schema, "jobs")))
             print(f"\n== {size:,} queued (+{added:,} inserted in {time.monotonic() - t:.1f}s)",
                   flush=True)
             for _ in range(args.warmup):
