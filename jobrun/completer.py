@@ -1,10 +1,10 @@
 """Record attempt outcomes in batches: one statement per batch, no per-job round trip.
 
-Batching adapts to load: a result that finds the completer idle (no flush for ``linger``
-seconds) is written at once; while results keep coming, flushes start at most one per
-``linger`` after the previous one ended, and whatever arrived meanwhile forms the batch. An
-idle master therefore writes each result at once, and a busy one writes many per statement
-(at most 1/linger statements a second), each result waiting at most ``linger`` longer.
+Batching adapts to load: a result that finds the completer idle is written at once. Results
+that arrive while a flush runs mean the master is busy: they are written by the next flush,
+which starts ``linger`` seconds after the previous one ended, so the batch can fill. An idle
+master therefore writes each result at once, and a busy one writes many per statement (at
+most about 1/linger statements a second), each result waiting at most ``linger`` longer.
 
 Every row is guarded by (owner, fencing token, status = 'leased'); a row the guard refuses
 is a lease this master lost (reaped and perhaps re-run elsewhere), counted, not an error.
@@ -62,7 +62,6 @@ class Completer(Service):
                  on_db_error: Callable[[], None] | None = None, linger: float = 0.0) -> None:
         super().__init__()
         self.linger = linger
-        self._flushed = 0.0  # event-loop time the last flush ended
         self.dsn = dsn
         self.q = queries
         self.owner = owner
@@ -96,15 +95,12 @@ class Completer(Service):
         try:
             while True:
                 await self._work.wait()
-                loop = asyncio.get_running_loop()
-                wait = self._flushed + self.linger - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)  # busy: let the batch fill (at most linger)
                 self._work.clear()
                 while self.pending:
                     batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
                     await self._write(batch)
-                self._flushed = loop.time()
+                    if self.pending and self.linger:
+                        await asyncio.sleep(self.linger)  # busy: let the next batch fill
                 self._idle.set()
         finally:
             if self._conn is not None:
