@@ -110,7 +110,7 @@ class Completer(Service):
         params = {
             "ids": [c.id for c in batch], "tokens": [c.token for c in batch],
             "statuses": [c.status for c in batch], "outcomes": [c.outcome for c in batch],
-            "delays": [c.delay for c in batch], "errors": [_clean(c.error, 4000) for c in batch],
+            "delays": [float(c.delay or 0.0) for c in batch], "errors": [_clean(c.error, 4000) for c in batch],
             "tracebacks": [_clean(c.traceback, 16000) for c in batch],
             "results": [c.result for c in batch], "children": [c.child for c in batch],
             "crashed": [c.crashed for c in batch], "logs": [c.log for c in batch],

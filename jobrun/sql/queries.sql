@@ -187,12 +187,12 @@ RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.cr
           extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload
 
 -- name: complete_jobs
--- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted.
+-- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted. Arrays go in binary (cheaper to send than quoted text).
 WITH r AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[],
-                         %(outcomes)s::text[], %(delays)s::float8[], %(errors)s::text[],
-                         %(tracebacks)s::text[], %(results)s::text[], %(children)s::integer[],
-                         %(crashed)s::integer[], %(logs)s::text[], %(refunds)s::integer[])
+    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(statuses)b::text[],
+                         %(outcomes)b::text[], %(delays)b::float8[], %(errors)b::text[],
+                         %(tracebacks)b::text[], %(results)b::text[], %(children)b::integer[],
+                         %(crashed)b::integer[], %(logs)b::text[], %(refunds)b::integer[])
            AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed, log,
                 refund)
 ), upd AS (
