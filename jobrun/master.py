@@ -550,8 +550,8 @@ class Master(SignalsAndShutdown):
                         wait = self._waits[row["queue"]] = self.metrics.wait.labels(row["queue"])
                     wait.observe(max(0.0, row["waited"]))
                 self._title()
-            if len(rows) == limit:
-                self.wake()  # there may be more
+            if len(rows) == limit and not orphans:
+                self.wake()  # there may be more (not when rows went back: no child wants them)
         for child in self.supervisor.alive():
             if child.state == "reserved":
                 child.state = "idle"
@@ -615,8 +615,8 @@ class Master(SignalsAndShutdown):
 
     def _hand_out(self, reserved: list[Child], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Give claimed rows to children: one to each reserved (idle) child, then the rest to
-        the topped-up children holding fewest. One write per child. Returns the rows no child
-        took, to be given back."""
+        the children holding fewest that may take more (idle, or topped up). One write per
+        child. Returns the rows no child took, to be given back."""
         rows = list(rows)
         rows.reverse()
         batches: dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]] = {}
@@ -628,7 +628,8 @@ class Master(SignalsAndShutdown):
                 continue
             self._assign(child, rows.pop(), batches)
         if rows:
-            takers = self._topped_up()
+            # Children that went idle while the claim ran take rows too, first.
+            takers = self._idle() + self._topped_up()
             while rows and takers:
                 child = min(takers, key=Child.held)
                 self._assign(child, rows.pop(), batches)

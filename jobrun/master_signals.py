@@ -97,6 +97,10 @@ class SignalsAndShutdown:
     async def _shutdown(self) -> None:
         claimer = getattr(self, "_claimer", None)
         if claimer is not None:
+            # Let a claim in flight finish and hand its jobs out (cancelled, its rows would stay
+            # leased, undelivered, until their leases expired); the loop then sees stopping.
+            self.wake()
+            await asyncio.wait([claimer], timeout=5.0)
             claimer.cancel()
         await self.notifier.stop()
         if self.stopping == "drain" and self.busy():
