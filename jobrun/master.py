@@ -629,12 +629,14 @@ class Master(SignalsAndShutdown):
             self._assign(child, rows.pop(), batches)
         if rows:
             # Children that went idle while the claim ran take rows too, first.
-            takers = self._idle() + self._topped_up()
-            while rows and takers:
-                child = min(takers, key=Child.held)
-                self._assign(child, rows.pop(), batches)
-                if not self._can_top_up(child):
-                    takers.remove(child)
+            self._fill(self._idle() + self._topped_up(), rows, batches, self._can_top_up)
+        if rows:
+            # Run times measured while the claim ran may have grown past the room it was
+            # sized for: rather than give rows back (a statement, and a claim again), let
+            # children holding only short jobs take them, up to --prefetch.
+            spare = [c for c in self.supervisor.alive()
+                     if c.state == "busy" and c.generation == self.generation and self._short_only(c)]
+            self._fill(spare, rows, batches, self._short_only)
         orphans = rows[::-1]
         for child, sent in batches.items():
             if child.send(b"".join(frame for _, _, frame in sent)):
@@ -648,6 +650,20 @@ class Master(SignalsAndShutdown):
                 orphans.append(row)
             child.state = "retiring"
         return orphans
+
+    def _fill(self, takers: list[Child], rows: list[dict[str, Any]],
+              batches: dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]],
+              can_take: Callable[[Child], bool]) -> None:
+        """Hand rows (popped from the end) to the takers holding fewest, while they can take."""
+        takers = [c for c in takers if can_take(c)]
+        while rows and takers:
+            child = min(takers, key=Child.held)
+            self._assign(child, rows.pop(), batches)
+            if not can_take(child):
+                takers.remove(child)
+
+    def _short_only(self, child: Child) -> bool:
+        return child.held() < self._cap(child) and self._backlog(child) is not None
 
     def _assign(self, child: Child, row: dict[str, Any],
                 batches: dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]]) -> None:
