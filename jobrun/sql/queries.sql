@@ -1,6 +1,15 @@
 -- Named queries. Each block: "-- name: <name>", then a one-line description, then the SQL.
 -- "{schema}" is the quoted schema name; parameters are psycopg's %(name)s placeholders.
 
+-- Guards by id. The statements that update given jobs by id (completion, heartbeat, unclaim,
+-- the reaper's update, a transactional completion) guard on `status = 'leased'` written as
+-- `status COLLATE "C" = 'leased'` (the same test: the values are ASCII). Written plainly, it
+-- lets the planner use the partial index on leased rows, and with statistics from when few
+-- rows were leased (ANALYZE of a freshly filled queue) a cached generic plan scans every
+-- leased row for each job of the batch: a 200-job completion took 84 ms instead of 4 ms,
+-- and a drain of 20,000 slowed to 700 jobs/s. The COLLATE keeps that index out of reach, so
+-- they look jobs up by primary key (tests/test_plans.py).
+
 -- ===== producers =========================================================================
 
 -- name: enqueue
@@ -208,7 +217,7 @@ WITH r AS (
            lease_owner = NULL, lease_expires_at = NULL
       FROM r
      WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_owner = %(owner)s
-       AND j.status = 'leased'
+       AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
     RETURNING j.id, j.lease_token, j.attempts + r.refund AS attempts, j.started_at
 )
 INSERT INTO {schema}.job_attempts
@@ -225,7 +234,7 @@ UPDATE {schema}.jobs j
    SET lease_expires_at = now() + make_interval(secs => %(ttl)s)
   FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
  WHERE j.id = h.id AND j.lease_token = h.token AND j.lease_owner = %(owner)s
-   AND j.status = 'leased'
+   AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
 RETURNING j.id, j.cancel_requested
 
 -- name: reap_expired
@@ -249,7 +258,8 @@ WITH x AS (
                               ELSE NULL END,
            lease_owner = NULL, lease_expires_at = NULL
       FROM x
-     WHERE j.id = x.id AND j.lease_token = x.lease_token AND j.status = 'leased'
+     WHERE j.id = x.id AND j.lease_token = x.lease_token
+       AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
     RETURNING j.id, j.lease_token, j.attempts, j.started_at, x.lease_owner
 )
 INSERT INTO {schema}.job_attempts (job_id, lease_token, attempt, started_at, outcome, error)
@@ -273,7 +283,7 @@ WITH upd AS (
     UPDATE {schema}.jobs j
        SET status = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
      WHERE j.id = %(id)s AND j.lease_token = %(token)s AND j.lease_owner = %(owner)s
-       AND j.status = 'leased'
+       AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
     RETURNING j.id, j.lease_token, j.attempts, j.started_at
 )
 INSERT INTO {schema}.job_attempts
@@ -321,4 +331,5 @@ UPDATE {schema}.jobs j
    SET status = 'queued', attempts = j.attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
        started_at = NULL
   FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
- WHERE j.id = u.id AND j.lease_token = u.token AND j.lease_owner = %(owner)s AND j.status = 'leased'
+ WHERE j.id = u.id AND j.lease_token = u.token AND j.lease_owner = %(owner)s
+   AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
