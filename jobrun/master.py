@@ -32,7 +32,7 @@ from .lifecycle import backoff_sleep
 from .logs import event
 from .metrics import HttpServer, Metrics, parse_addr
 from .notifier import Notifier
-from .policy import DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide
+from .policy import DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide, run_time_average
 from .reaper import Reaper
 from .registry import Registry
 from .sql import for_schema
@@ -207,18 +207,15 @@ class Master(SignalsAndShutdown):
 
         inflight = []
         now = time.time()
-        waiting = 0
         for child in self.supervisor.alive():
             job = child.job
-            waiting += len(child.queued)
             if job is not None:
                 started = now - (time.monotonic() - job.dispatched)
                 inflight.append({"id": job.id, "task": job.task, "child": child.index,
                                  "pid": child.pid, "started": round(started, 3)})
         return {"owner": self.owner, "host": self.host, "pid": self.pid, "app": self.settings.app,
                 "queues": list(self.settings.queues), "concurrency": self.target,
-                "busy": len(inflight), "prefetched": waiting, "version": __version__,
-                "inflight": inflight}
+                "busy": len(inflight), "version": __version__, "inflight": inflight}
 
     def health(self) -> dict[str, Any]:
         """Event loop alive (it is answering), database reached recently, children up."""
@@ -418,8 +415,7 @@ class Master(SignalsAndShutdown):
                 histogram = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
             took = time.monotonic() - job.dispatched
             histogram.observe(took)
-            seen = self._runtime.get(job.task)
-            self._runtime[job.task] = took if seen is None else seen + 0.2 * (took - seen)
+            self._runtime[job.task] = run_time_average(self._runtime.get(job.task), took)
 
     def on_exit(self, child: Child, status: int) -> None:
         what, sigkill = describe_exit(status)
@@ -580,19 +576,27 @@ class Master(SignalsAndShutdown):
             total += took
         return total
 
-    def _can_top_up(self, child: Child) -> bool:
+    def _headroom(self, child: Child) -> float | None:
+        """Seconds of short work ``child`` may still be handed, or None if it may take no more
+        (at its cap, which also covers --prefetch 1, or holding a long job, or at the budget)."""
         if child.held() >= self._cap(child):
-            return False
+            return None
         backlog = self._backlog(child)
-        return backlog is not None and backlog < self.settings.prefetch_max_runtime
+        if backlog is None or backlog >= self.settings.prefetch_max_runtime:
+            return None
+        return self.settings.prefetch_max_runtime - backlog
 
-    def _topped_up(self) -> list[Child]:
-        """Busy children that may be handed more jobs now."""
-        if self.settings.prefetch <= 1:
-            return []
+    def _can_top_up(self, child: Child) -> bool:
+        return self._headroom(child) is not None
+
+    def _short_only(self, child: Child) -> bool:
+        """Below its cap and holding only short jobs (the budget aside)."""
+        return child.held() < self._cap(child) and self._backlog(child) is not None
+
+    def _busy(self) -> list[Child]:
+        """Children of the current generation that run a job."""
         return [c for c in self.supervisor.alive()
-                if c.state == "busy" and c.generation == self.generation and c.job is not None
-                and self._can_top_up(c)]
+                if c.state == "busy" and c.generation == self.generation]
 
     def _room(self, idle: int) -> tuple[int, int, bool]:
         """Jobs to claim beyond one per idle child; that figure when every child is empty; and
@@ -607,10 +611,11 @@ class Master(SignalsAndShutdown):
         ahead = min(self.settings.prefetch, int(budget / typical)) - 1  # behind the one it runs
         room = idle * ahead
         dry_soon = False
-        for child in self._topped_up():
-            backlog = self._backlog(child) or 0.0
-            room += min(self._cap(child) - child.held(), max(1, int((budget - backlog) / typical)))
-            dry_soon = dry_soon or not child.queued
+        for child in self._busy():
+            headroom = self._headroom(child)
+            if headroom is not None:
+                room += min(self._cap(child) - child.held(), max(1, int(headroom / typical)))
+                dry_soon = dry_soon or not child.queued
         return room, self.target * ahead, dry_soon
 
     def _hand_out(self, reserved: list[Child], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -629,14 +634,12 @@ class Master(SignalsAndShutdown):
             self._assign(child, rows.pop(), batches)
         if rows:
             # Children that went idle while the claim ran take rows too, first.
-            self._fill(self._idle() + self._topped_up(), rows, batches, self._can_top_up)
+            self._fill(self._idle() + self._busy(), rows, batches, self._can_top_up)
         if rows:
             # Run times measured while the claim ran may have grown past the room it was
             # sized for: rather than give rows back (a statement, and a claim again), let
             # children holding only short jobs take them, up to --prefetch.
-            spare = [c for c in self.supervisor.alive()
-                     if c.state == "busy" and c.generation == self.generation and self._short_only(c)]
-            self._fill(spare, rows, batches, self._short_only)
+            self._fill(self._busy(), rows, batches, self._short_only)
         orphans = rows[::-1]
         for child, sent in batches.items():
             if child.send(b"".join(frame for _, _, frame in sent)):
@@ -661,9 +664,6 @@ class Master(SignalsAndShutdown):
             self._assign(child, rows.pop(), batches)
             if not can_take(child):
                 takers.remove(child)
-
-    def _short_only(self, child: Child) -> bool:
-        return child.held() < self._cap(child) and self._backlog(child) is not None
 
     def _assign(self, child: Child, row: dict[str, Any],
                 batches: dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]]) -> None:
