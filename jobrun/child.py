@@ -35,7 +35,7 @@ from .capture import LogCapture
 from .effects import EffectRunner, from_environment
 from .errors import Cancelled, LeaseLost, Permanent, Retry, SoftTimeLimit
 from .tracing import attempt_span
-from .policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, should_recycle
+from .policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, run_time_average, should_recycle
 
 PR_SET_PDEATHSIG = 1
 LEASE_LOST = "lease_lost"  # reported to the master, which discards the attempt
@@ -180,15 +180,15 @@ class ChildRuntime:
                 return
             if frame.get("t") != "job":
                 os._exit(protocol.EXIT_PROTOCOL_ERROR)
-            took = self._took.get(frame.get("task"))
+            task = frame.get("task")
+            took = self._took.get(task)
             if self._held and (took is None or took >= HOLD_RESULTS
                                or time.monotonic() - self._held_since >= HOLD_RESULTS):
                 self.flush()
             started = time.monotonic()
             result = self.run(frame)
             done = time.monotonic()
-            task = frame.get("task")
-            self._took[task] = done - started if took is None else took + 0.2 * (done - started - took)
+            self._took[task] = run_time_average(took, done - started)
             self.tasks_done += 1
             rss = rss_bytes() if self.max_memory else 0  # /proc costs as much as a noop job
             recycle = should_recycle(tasks_done=self.tasks_done, max_tasks=self.max_tasks,

@@ -102,3 +102,9 @@ def lease_deadline(last_renewal: float, ttl: float, period: float) -> float:
     heartbeat period earlier leaves room for clock drift and a slow statement.
     """
     return last_renewal + ttl - period
+
+
+def run_time_average(previous: float | None, sample: float) -> float:
+    """Recent run time of a task: an exponential moving average (the first sample as is).
+    Both the master (what to hand ahead) and a child (which results to hold) keep one."""
+    return sample if previous is None else previous + 0.2 * (sample - previous)

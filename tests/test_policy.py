@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from jobrun.policy import (
     CANCELLED, DEFAULT_RETRY, FAILED, LEASE_EXPIRED, RELEASED, RETRY, SUCCEEDED, TIMEOUT,
-    WORKER_LOST, Fate, RetryPolicy, decide, lease_deadline, should_recycle,
+    WORKER_LOST, Fate, RetryPolicy, decide, lease_deadline, run_time_average, should_recycle,
 )
 
 STATUSES = {"succeeded", "queued", "dead", "cancelled"}
@@ -210,3 +210,22 @@ def test_lease_deadline(last, ttl, later):
     assert last < deadline < last + ttl
     # A later renewal never brings the deadline forward.
     assert lease_deadline(last + later, ttl, period) >= deadline
+
+
+durations = st.floats(0.0, 1e4, allow_nan=False, allow_infinity=False)
+
+
+@given(previous=durations, sample=durations)
+def test_run_time_average_moves_a_fifth_of_the_way_toward_each_sample(previous, sample):
+    average = run_time_average(previous, sample)
+    assert min(previous, sample) - 1e-9 <= average <= max(previous, sample) + 1e-9
+    assert abs((average - previous) - 0.2 * (sample - previous)) <= 1e-9 * max(1.0, previous, sample)
+
+
+@given(samples=st.lists(durations, min_size=1, max_size=50))
+def test_run_time_average_starts_at_the_first_sample_and_stays_within_the_samples(samples):
+    average = run_time_average(None, samples[0])
+    assert average == samples[0]
+    for sample in samples[1:]:
+        average = run_time_average(average, sample)
+    assert min(samples) - 1e-6 <= average <= max(samples) + 1e-6
