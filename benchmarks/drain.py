@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
               f" {args.repeat} runs each")
         print(f"  {bench.describe()}; jobrun {describe_code()}; {machine()}")
         print("  method: jobs enqueued (Client.enqueue_many) before the master starts; wall = from the"
-              " master's `master.ready` log line until a 50 ms poll sees all succeeded; db = N /"
+              " master's `master.ready` log line until a 50 ms poll sees no job queued or leased; db = N /"
               " (max(finished_at) - min(started_at)) of job_attempts; mid-80% = the rate between the"
               " 10th and 90th percentile finished_at; fresh schema per run", flush=True)
         results: dict[int, list[dict[str, Any]]] = {}
