@@ -644,7 +644,8 @@ class Master(SignalsAndShutdown):
         for child, sent in batches.items():
             if child.send(b"".join(frame for _, _, frame in sent)):
                 continue
-            # The child is gone (its exit is reported separately): take back what it never got.
+            # Its socket is broken: take back what it never got, and replace it (its exit is
+            # reported through its pidfd; a broken child must not keep its slot).
             for job, row, _ in sent:
                 if child.job is job:
                     self._finish(child, job)
@@ -652,6 +653,9 @@ class Master(SignalsAndShutdown):
                     child.queued.remove(job)
                 orphans.append(row)
             child.state = "retiring"
+            event(log, logging.ERROR, "child.unwritable", child=child.index, pid=child.pid,
+                  jobs=len(sent), note="replacing the child")
+            self.supervisor.kill(child, "unwritable")
         return orphans
 
     def _fill(self, takers: list[Child], rows: list[dict[str, Any]],

@@ -60,13 +60,17 @@ class Child:
     job: Inflight | None = None  # the job it runs
     # Jobs already written to its socket, behind ``job``, in the order it will run them.
     queued: deque[Inflight] = field(default_factory=deque)
-    kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced
+    kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced | unwritable
     rss: int = 0
     jobs_done: int = 0
     last_alive: float = field(default_factory=time.monotonic)
     started: float = field(default_factory=time.monotonic)
     _reader: protocol.FrameReader = field(default_factory=protocol.FrameReader)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Bytes written to the child's socket but not yet taken by it, and what to call when
+    # that starts (the supervisor then writes the rest when the socket becomes writable).
+    _outbox: bytearray = field(default_factory=bytearray)
+    _on_backlog: Callable[["Child"], None] = lambda child: None
 
     @property
     def pid(self) -> int:
@@ -87,11 +91,32 @@ class Child:
                 return False
 
     def send(self, frame: bytes) -> bool:
-        try:
-            self.sock.sendall(frame)
+        """Queue ``frame`` for the child and write what its socket takes now; the rest is
+        written as the child reads (the socket is non-blocking, and a frame may be larger
+        than its buffer). False if the socket is broken: the child cannot take frames."""
+        if self._outbox:
+            self._outbox += frame
             return True
+        try:
+            sent = self.sock.send(frame)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
         except OSError:
             return False
+        if sent < len(frame):
+            self._outbox += memoryview(frame)[sent:]
+            self._on_backlog(self)
+        return True
+
+    def flush(self) -> bool:
+        """Write more of the queued frames; True once none is left. Raises OSError if the
+        socket is broken."""
+        try:
+            sent = self.sock.send(self._outbox)
+        except (BlockingIOError, InterruptedError):
+            return False
+        del self._outbox[:sent]
+        return not self._outbox
 
 
 class Supervisor:
@@ -127,8 +152,10 @@ class Supervisor:
             popen = subprocess.Popen(cmd, pass_fds=[fd], env=self.env, stdin=subprocess.DEVNULL)
         finally:
             child_sock.close()
+        parent_sock.setblocking(False)  # the event loop writes and reads it as it can
         pidfd = os.pidfd_open(popen.pid)
-        child = Child(index=index, generation=generation, popen=popen, sock=parent_sock, pidfd=pidfd)
+        child = Child(index=index, generation=generation, popen=popen, sock=parent_sock, pidfd=pidfd,
+                      _on_backlog=self._write_later)
         self.children[popen.pid] = child
         self.loop.add_reader(parent_sock.fileno(), self._readable, child)
         self.loop.add_reader(pidfd, self._exited, child)
@@ -155,8 +182,27 @@ class Supervisor:
         for body in frames:
             self.on_frame(child, protocol.decode(body))
 
+    def _write_later(self, child: Child) -> None:
+        self.loop.add_writer(child.sock.fileno(), self._writable, child)
+
+    def _writable(self, child: Child) -> None:
+        try:
+            done = child.flush()
+        except OSError as exc:
+            self.loop.remove_writer(child.sock.fileno())
+            event(log, logging.ERROR, "child.unwritable", child=child.index, pid=child.pid,
+                  pending=len(child._outbox), error=str(exc), note="replacing the child")
+            child._outbox.clear()
+            self.kill(child, "unwritable")
+            return
+        if done:
+            self.loop.remove_writer(child.sock.fileno())
+
     def _exited(self, child: Child) -> None:
         self.loop.remove_reader(child.pidfd)
+        if child._outbox:
+            self.loop.remove_writer(child.sock.fileno())
+            child._outbox.clear()
         # Drain what the child wrote before it died (a result sent just before exiting).
         if child.state != "exited":
             try:

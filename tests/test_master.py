@@ -607,3 +607,19 @@ def test_listen_wakes_and_survives_a_dropped_connection(master, client, db, sche
     db.wait_status(again, timeout=3)
     err = m.stderr()
     assert "listen.lost" in err and "listen.reconnected" in err
+
+
+def test_large_payloads_are_delivered(master, client, db):
+    """Job frames larger than the socket buffer reach the child whole (the master writes them
+    as the child reads, on the event loop): ten 500 KB payloads and a noop after them all run."""
+    m = master("-c", "2", ready=2)
+    big = "x" * (500 * 1024)
+    ids = enqueue(client, [("noop", {"blob": big, "n": i}) for i in range(10)])
+    after = client.enqueue("noop", "after").job.id
+    db.wait_status(ids + [after], statuses=("succeeded",), timeout=30)
+    for i, job_id in enumerate(ids):
+        assert db.result(job_id)["payload"] == {"blob": big, "n": i}
+        assert db.job(job_id)["attempts"] == 1
+    assert len(m.children()) == 2
+    assert stop(m) == 0
+
