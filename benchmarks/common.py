@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 import psycopg
 from psycopg import sql
 
-from jobrun import migrate
+from jobrun.store import migrate
 from jobrun.testing import Cluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +176,7 @@ class MasterProc:
 
     def command(self) -> list[str]:
         exe = Path(sys.executable).parent / "jobrun-master"
-        head = [str(exe)] if exe.exists() else [sys.executable, "-m", "jobrun.master_cli"]
+        head = [str(exe)] if exe.exists() else [sys.executable, "-m", "jobrun.worker.cli"]
         # An ephemeral metrics port: the HTTP server runs as in production, but several
         # masters on one machine (other benchmarks, tests) cannot collide on 9110.
         return head + ["-A", self.app, "-c", str(self.concurrency), "--grace", "10s",

@@ -59,7 +59,7 @@ from psycopg import sql
 if __package__ in (None, ""):  # run as a script: make `benchmarks.common` importable
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from jobrun import migrate  # noqa: E402
+from jobrun.store import migrate  # noqa: E402
 
 from benchmarks.common import (Bench, MasterProc, add_db_args, describe_code, machine,  # noqa: E402
                                median, percentile, print_table)

@@ -35,7 +35,7 @@ import psycopg
 from psycopg import sql
 
 import jobrun
-from jobrun import migrate
+from jobrun.store import migrate
 from jobrun.records import JobSpec
 from jobrun.testing import Cluster
 

@@ -1,8 +1,8 @@
 """jobrun: a durable job queue on PostgreSQL with a prefork supervisor."""
 
-from .app import App, Job
-from .client import AsyncClient, Client
-from .errors import (
+from jobrun.app import App, Job
+from jobrun.client import AsyncClient, Client
+from jobrun.errors import (
     Cancelled,
     Conflict,
     DatabaseUnavailable,
@@ -16,7 +16,7 @@ from .errors import (
     SoftTimeLimit,
     UnknownQueue,
 )
-from .records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
+from jobrun.records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
 
 __version__ = "0.1.0"
 

@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import validate
-from .policy import DEFAULT_RETRY, RetryPolicy
+from jobrun import validate
+from jobrun.policy import DEFAULT_RETRY, RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class App:
     @property
     def client(self):
         if self._client is None:
-            from .client import Client
+            from jobrun.client import Client
 
             self._client = Client(self._dsn, schema=self._schema)
         return self._client

@@ -15,9 +15,11 @@ from typing import Any, Iterable, Sequence
 import psycopg
 from psycopg.rows import dict_row
 
-from . import config, db, ops
-from .records import JobSpec
-from .sql import for_schema
+from jobrun import config
+from jobrun.store import db
+from jobrun import ops
+from jobrun.records import JobSpec
+from jobrun.sql import for_schema
 
 
 class _Api:

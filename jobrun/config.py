@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import validate
-from .errors import InvalidInput
+from jobrun import validate
+from jobrun.errors import InvalidInput
 
 CONFIG_PATHS = ("./jobrun.toml", "/etc/jobrun/jobrun.toml")
 
@@ -150,6 +150,6 @@ def resolve_dsn(settings: Settings) -> str:
     """The database URL to use: the configured one, else the embedded server's."""
     if settings.database_url:
         return settings.database_url
-    from .embedded import ensure_server
+    from jobrun.store.embedded import ensure_server
 
     return ensure_server(Path(settings.state_dir))

@@ -13,11 +13,11 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, Generator, Iterable, Sequence
 
-from . import validate
-from .errors import InvalidInput, NotFound, Refused, UnknownQueue
-from .records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
-from .sql import Queries
-from .tracing import current_traceparent
+from jobrun import validate
+from jobrun.errors import InvalidInput, NotFound, Refused, UnknownQueue
+from jobrun.records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
+from jobrun.sql import Queries
+from jobrun.tracing import current_traceparent
 
 TERMINAL = ("succeeded", "dead", "cancelled")
 STATUSES = ("queued", "leased") + TERMINAL

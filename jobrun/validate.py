@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from .errors import InvalidInput
+from jobrun.errors import InvalidInput
 
 TASK_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
 QUEUE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")

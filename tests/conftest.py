@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql
 
 import jobrun
-from jobrun import migrate
+from jobrun.store import migrate
 from jobrun.testing import Cluster
 
 

@@ -54,7 +54,7 @@ class MasterProcess:
         self.env["PYTHONUNBUFFERED"] = "1"
         # Quiet defaults for tests (no purge, no metrics port that parallel runs would fight
         # over); flags in ``args`` come later and win.
-        self.cmd = [sys.executable, *python_args, "-m", "jobrun.master_cli", "-A", app,
+        self.cmd = [sys.executable, *python_args, "-m", "jobrun.worker.cli", "-A", app,
                     "--retention", "0", "--metrics-addr", "off", *args]
         self.stderr_path = tmp_path / f"master-{time.monotonic_ns()}.stderr"
         self.proc: subprocess.Popen | None = None

@@ -22,7 +22,7 @@ from jobrun.sql import migrations
 
 
 def run(env, *args, input=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "jobrun.cli", *args], env=env, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "jobrun.admin.cli", *args], env=env, cwd=cwd,
                           input=input, capture_output=True, text=True, timeout=120)
 
 

@@ -8,7 +8,7 @@ import signal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobrun.heartbeat import Heartbeater, Lease
+from jobrun.worker.heartbeat import Heartbeater, Lease
 from jobrun.policy import lease_deadline
 from jobrun.sql import for_schema
 

@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql
 
 import jobrun
-from jobrun import migrate
+from jobrun.store import migrate
 from jobrun.errors import InvalidInput, UnknownQueue
 from jobrun.records import JobSpec
 from jobrun.sql import migrations
@@ -232,7 +232,7 @@ def test_a_failed_step_leaves_nothing_behind(admin_conn, scratch_schemas):
 CHILD = r"""
 import json, sys
 import psycopg
-from jobrun import migrate
+from jobrun.store import migrate
 dsn, schema = sys.argv[1], sys.argv[2]
 with psycopg.connect(dsn, autocommit=True) as conn:
     conn.execute("SELECT 1")

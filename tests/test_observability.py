@@ -121,7 +121,7 @@ def test_stale_registry_rows_are_purged(db_env, tmp_path, conn, schema):
 
 def test_non_loopback_metrics_address_is_refused(db_env):
     env = {**db_env, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "jobrun.master_cli", "-A", APP,
+    proc = subprocess.run([sys.executable, "-m", "jobrun.worker.cli", "-A", APP,
                            "--metrics-addr", "0.0.0.0:9110"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
@@ -149,7 +149,7 @@ def test_attempt_logs_are_captured_bounded_and_shown(db_env, tmp_path, client, c
     assert len(logs[big].encode()) < 70 * 1024 and "more bytes of log dropped" in logs[big]
     assert "about to fail" in logs[failed]
     env = {**db_env}
-    shown = subprocess.run([sys.executable, "-m", "jobrun.cli", "logs", str(small)], env=env,
+    shown = subprocess.run([sys.executable, "-m", "jobrun.admin.cli", "logs", str(small)], env=env,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and f"printed by job {small}" in shown.stdout
 
@@ -178,7 +178,7 @@ def test_traceparent_stored_only_for_traced_producers_and_attempts_are_siblings(
 
     from opentelemetry import trace
 
-    from jobrun.child import ChildRuntime
+    from jobrun.child.runtime import ChildRuntime
     from tests.apps.obsapp import app
 
     untraced = client.enqueue("noop").job

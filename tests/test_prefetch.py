@@ -102,7 +102,7 @@ def test_no_child_is_handed_jobs_past_its_task_limit(master, client, db):
 ])
 def test_bad_prefetch_settings_are_refused(db_env, args, says):
     env = {**db_env, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "jobrun.master_cli", "-A", APP, *args], env=env,
+    proc = subprocess.run([sys.executable, "-m", "jobrun.worker.cli", "-A", APP, *args], env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr

@@ -16,7 +16,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from jobrun import db
+from jobrun.store import db
 from jobrun.errors import Conflict, InvalidInput, UnknownQueue
 
 

@@ -11,7 +11,7 @@ import signal
 import socket
 
 from jobrun import protocol
-from jobrun.supervisor import Supervisor
+from jobrun.worker.supervisor import Supervisor
 
 APP = "tests.apps.taskapp"
 
@@ -79,6 +79,6 @@ def test_a_child_whose_socket_breaks_mid_frame_is_killed(caplog):
         finally:
             child.signal(signal.SIGKILL)
 
-    with caplog.at_level("ERROR", logger="jobrun.supervisor"):
+    with caplog.at_level("ERROR", logger="jobrun.worker.supervisor"):
         asyncio.run(scenario())
     assert "child.unwritable" in caplog.text

@@ -24,7 +24,8 @@ import pytest
 from psycopg import sql
 from rich.console import Console
 
-from jobrun import db, top
+from jobrun.admin import top
+from jobrun.store import db
 from jobrun.sql import for_schema
 
 SLACK = 10.0  # seconds a test may take between writing rows and reading them back
@@ -55,7 +56,7 @@ def cli(db_env, tmp_path):
     env = {**db_env, "PWD": str(cwd)}
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "jobrun.cli", *args], env=env, cwd=cwd,
+        return subprocess.run([sys.executable, "-m", "jobrun.admin.cli", *args], env=env, cwd=cwd,
                               capture_output=True, text=True, timeout=120)
     run.env, run.cwd = env, cwd
     return run
@@ -330,7 +331,7 @@ class Pty:
         fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
         self.saved = termios.tcgetattr(self.slave)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jobrun.cli", "top", *args],
+            [sys.executable, "-m", "jobrun.admin.cli", "top", *args],
             stdin=self.slave, stdout=self.slave, stderr=self.slave, cwd=cli.cwd,
             env={**{k: v for k, v in cli.env.items() if k not in ("COLUMNS", "LINES")},
                  "TERM": "xterm"}, start_new_session=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .logs import event
+from jobrun.logs import event
 
 log = logging.getLogger("jobrun.master")
 

@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import replace
 
-from .logs import event
+from jobrun.logs import event
 
 log = logging.getLogger("jobrun.master")
 

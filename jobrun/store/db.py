@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import dict_row
 
-from .config import redact
-from .errors import Conflict, DatabaseUnavailable, InvalidInput, JobrunError, UnknownQueue
+from jobrun.config import redact
+from jobrun.errors import Conflict, DatabaseUnavailable, InvalidInput, JobrunError, UnknownQueue
 
 _CONSTRAINT_MESSAGES = {
     "task_name_valid": "invalid task name",

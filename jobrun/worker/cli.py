@@ -15,10 +15,13 @@ from typing import Optional
 
 import typer
 
-from . import config, db, logs, migrate
-from .errors import JobrunError
-from .logs import event
-from .metrics import parse_addr
+from jobrun import config
+from jobrun.store import db
+from jobrun import logs
+from jobrun.store import migrate
+from jobrun.errors import JobrunError
+from jobrun.logs import event
+from jobrun.worker.metrics import parse_addr
 
 cli = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0] if __doc__ else None)
 
@@ -89,7 +92,7 @@ def run(
         event(log, logging.CRITICAL, "master.start_failed", error=str(exc))
         raise typer.Exit(1)
 
-    from .master import Master
+    from jobrun.worker.master import Master
 
     def reload() -> config.Settings:
         return config.load(overrides)

@@ -24,9 +24,9 @@ from typing import Callable
 import psycopg
 from psycopg.rows import dict_row
 
-from .app import Job, TaskDef
-from .errors import LeaseLost
-from .sql import for_schema
+from jobrun.app import Job, TaskDef
+from jobrun.errors import LeaseLost
+from jobrun.sql import for_schema
 
 
 class EffectRunner:

@@ -11,8 +11,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from . import validate
-from .sql import migrations, render
+from jobrun import validate
+from jobrun.sql import migrations, render
 
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('jobrun.migrate:' || %s, 0))"
 

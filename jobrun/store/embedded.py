@@ -12,7 +12,7 @@ import logging
 import warnings
 from pathlib import Path
 
-from .errors import DatabaseUnavailable
+from jobrun.errors import DatabaseUnavailable
 
 log = logging.getLogger("jobrun.embedded")
 

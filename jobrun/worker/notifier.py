@@ -12,9 +12,9 @@ from typing import Callable
 
 from psycopg import sql
 
-from . import db
-from .lifecycle import Service, backoff_sleep
-from .logs import event
+from jobrun.store import db
+from jobrun.worker.lifecycle import Service, backoff_sleep
+from jobrun.logs import event
 
 log = logging.getLogger("jobrun.notifier")
 

@@ -15,11 +15,12 @@ from typing import Callable
 
 import psycopg
 
-from . import db, ops
-from .lifecycle import Service, backoff_sleep
-from .logs import event
-from .policy import DEFAULT_RETRY
-from .sql import Queries
+from jobrun.store import db
+from jobrun import ops
+from jobrun.worker.lifecycle import Service, backoff_sleep
+from jobrun.logs import event
+from jobrun.policy import DEFAULT_RETRY
+from jobrun.sql import Queries
 
 log = logging.getLogger("jobrun.reaper")
 

@@ -29,10 +29,10 @@ from typing import Callable
 
 import psycopg
 
-from . import db
-from .logs import event
-from .policy import lease_deadline
-from .sql import Queries
+from jobrun.store import db
+from jobrun.logs import event
+from jobrun.policy import lease_deadline
+from jobrun.sql import Queries
 
 log = logging.getLogger("jobrun.heartbeat")
 

@@ -28,9 +28,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, config, db, migrate as migrations, ops, top as observe
-from .client import Client
-from .errors import InvalidInput, JobrunError
+from jobrun import __version__, config
+from jobrun.store import db
+from jobrun.store import migrate as migrations
+from jobrun import ops
+from jobrun.admin import top as observe
+from jobrun.client import Client
+from jobrun.errors import InvalidInput, JobrunError
 
 app = typer.Typer(name="jobrun", help="A durable job queue on PostgreSQL.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)

@@ -23,9 +23,9 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from .errors import InvalidInput
-from .lifecycle import Service
-from .logs import event
+from jobrun.errors import InvalidInput
+from jobrun.worker.lifecycle import Service
+from jobrun.logs import event
 
 log = logging.getLogger("jobrun.metrics")
 
@@ -36,7 +36,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 class Metrics:
     def __init__(self) -> None:
-        from . import __version__
+        from jobrun import __version__
 
         disable_created_metrics()  # no *_created series: they double the output for nothing
         self.registry = CollectorRegistry(auto_describe=True)

@@ -29,13 +29,13 @@ from typing import Any, Callable
 
 from setproctitle import setproctitle
 
-from . import protocol
-from .app import App, Job, TaskDef, load_app
-from .capture import LogCapture
-from .effects import EffectRunner, from_environment
-from .errors import Cancelled, LeaseLost, Permanent, Retry, SoftTimeLimit
-from .tracing import attempt_span
-from .policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, run_time_average, should_recycle
+from jobrun import protocol
+from jobrun.app import App, Job, TaskDef, load_app
+from jobrun.child.capture import LogCapture
+from jobrun.child.effects import EffectRunner, from_environment
+from jobrun.errors import Cancelled, LeaseLost, Permanent, Retry, SoftTimeLimit
+from jobrun.tracing import attempt_span
+from jobrun.policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, run_time_average, should_recycle
 
 PR_SET_PDEATHSIG = 1
 LEASE_LOST = "lease_lost"  # reported to the master, which discards the attempt

@@ -24,20 +24,21 @@ from typing import Any, Callable
 
 from setproctitle import setproctitle
 
-from . import db, protocol
-from .completer import Completer, Completion
-from .config import Settings
-from .heartbeat import Heartbeater, Lease
-from .lifecycle import backoff_sleep
-from .logs import event
-from .metrics import HttpServer, Metrics, parse_addr
-from .notifier import Notifier
-from .policy import DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide, run_time_average
-from .reaper import Reaper
-from .registry import Registry
-from .sql import for_schema
-from .supervisor import Child, Inflight, Supervisor
-from .master_signals import SignalsAndShutdown
+from jobrun.store import db
+from jobrun import protocol
+from jobrun.worker.completer import Completer, Completion
+from jobrun.config import Settings
+from jobrun.worker.heartbeat import Heartbeater, Lease
+from jobrun.worker.lifecycle import backoff_sleep
+from jobrun.logs import event
+from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
+from jobrun.worker.notifier import Notifier
+from jobrun.policy import DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide, run_time_average
+from jobrun.worker.reaper import Reaper
+from jobrun.worker.registry import Registry
+from jobrun.sql import for_schema
+from jobrun.worker.supervisor import Child, Inflight, Supervisor
+from jobrun.worker.signals import SignalsAndShutdown
 
 log = logging.getLogger("jobrun.master")
 
@@ -203,7 +204,7 @@ class Master(SignalsAndShutdown):
     # --- observation ----------------------------------------------------------------------
 
     def registry_row(self) -> dict[str, Any]:
-        from . import __version__
+        from jobrun import __version__
 
         inflight = []
         now = time.time()

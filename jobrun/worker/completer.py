@@ -20,10 +20,10 @@ from typing import Callable
 
 import psycopg
 
-from . import db
-from .lifecycle import Service, backoff_sleep
-from .logs import event
-from .sql import Queries
+from jobrun.store import db
+from jobrun.worker.lifecycle import Service, backoff_sleep
+from jobrun.logs import event
+from jobrun.sql import Queries
 
 log = logging.getLogger("jobrun.completer")
 MAX_BATCH = 1000

@@ -26,8 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import protocol
-from .logs import event
+from jobrun import protocol
+from jobrun.logs import event
 
 log = logging.getLogger("jobrun.supervisor")
 

@@ -42,9 +42,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import db
-from .errors import JobrunError, NotFound
-from .sql import Queries
+from jobrun.store import db
+from jobrun.errors import JobrunError, NotFound
+from jobrun.sql import Queries
 
 STALE_AFTER = 30.0   # a registry row older than this is a master that died without a word
 RATE_WINDOW = 60.0

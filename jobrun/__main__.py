@@ -1,0 +1,3 @@
+from jobrun.admin.cli import main
+
+main()

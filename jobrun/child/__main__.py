@@ -1,0 +1,3 @@
+from jobrun.child.runtime import main
+
+main()
