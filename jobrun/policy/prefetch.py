@@ -1,0 +1,66 @@
+"""Prefetch: how many jobs to claim, and which children may hold more than one.
+
+A busy child may be handed more jobs, which wait in its pipe and start the moment it finishes
+the one before: no claim, frame or wake-up between them. Only while every job it holds is of
+a task whose recent runs were short, and only as long as the work queued in it (by those run
+times) stays under ``budget`` (--prefetch-max-runtime), so no job waits in a child longer.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+
+def cap(prefetch: int, max_tasks: int, jobs_done: int) -> int:
+    """How many jobs a child may hold: the prefetch depth, but never more than it will run
+    before --max-tasks-per-child retires it."""
+    return min(prefetch, max_tasks - jobs_done) if max_tasks else prefetch
+
+
+def backlog(tasks: Iterable[str], runtime: Mapping[str, float], budget: float) -> float | None:
+    """Seconds of work held (tasks by recent run time); None if any of it may be long."""
+    total = 0.0
+    for task in tasks:
+        took = runtime.get(task)
+        if took is None or took >= budget:
+            return None
+        total += took
+    return total
+
+
+def headroom(held: int, limit: int, held_work: float | None, budget: float) -> float | None:
+    """Seconds of short work a child may still be handed, or None if it may take no more (at
+    its cap, which also covers --prefetch 1, or holding a long job, or at the budget)."""
+    if held >= limit or held_work is None or held_work >= budget:
+        return None
+    return budget - held_work
+
+
+def room(*, prefetch: int, budget: float, runtime: Mapping[str, float], idle: int, target: int,
+         busy: Iterable[tuple[int, float | None, bool]]) -> tuple[int, int, bool]:
+    """Jobs to claim beyond one per idle child; that figure when every child is empty; and
+    whether a child that may be topped up runs its last job.
+
+    ``busy`` has one (free slots = cap - held, headroom, holds jobs behind the running one)
+    per busy child. Estimates: rows no child can take are given back, so they err low.
+    """
+    if prefetch <= 1 or not runtime:
+        return 0, 0, False
+    typical = max(max(runtime.values()), 1e-6)  # the slowest task seen lately
+    if typical >= budget:
+        return 0, 0, False
+    ahead = min(prefetch, int(budget / typical)) - 1  # behind the one it runs
+    total = idle * ahead
+    dry_soon = False
+    for free, room_left, queued in busy:
+        if room_left is not None:
+            total += min(free, max(1, int(room_left / typical)))
+            dry_soon = dry_soon or not queued
+    return total, target * ahead, dry_soon
+
+
+def worth_claiming(idle: int, extra: int, most: int, dry_soon: bool) -> bool:
+    """Claim for an idle child at once; top up busy ones when one of them runs its last job or
+    three quarters of the room there can be is free, so a deep queue is claimed in batches,
+    not a job at a time, and no child waits for a claim."""
+    return bool(idle) or (extra > 0 and (dry_soon or extra >= most * 3 // 4))

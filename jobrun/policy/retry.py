@@ -1,0 +1,98 @@
+"""The fate of an attempt: outcomes, retry backoff, the crash cap and attempt overrides.
+
+No I/O and no clock: callers pass the random source, so each rule can be tested exhaustively.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+# Attempt outcomes recorded in job_attempts.outcome.
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+RETRY = "retry"
+TIMEOUT = "timeout"
+WORKER_LOST = "worker_lost"
+LEASE_EXPIRED = "lease_expired"
+CANCELLED = "cancelled"
+RELEASED = "released"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter: delay ~ U(0, min(cap, base * factor**(n-1)))."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    cap: float = 300.0
+
+    def ceiling(self, attempt: int) -> float:
+        """The upper bound of the delay after the ``attempt``-th start failed (attempt >= 1)."""
+        try:
+            value = self.base * self.factor ** max(attempt - 1, 0)
+        except OverflowError:
+            return self.cap
+        return min(self.cap, value)
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        return (rng or random).uniform(0.0, self.ceiling(attempt))
+
+
+DEFAULT_RETRY = RetryPolicy()
+# A job whose attempts killed this many children is dead, unless its task says otherwise.
+DEFAULT_MAX_CRASHES = 3
+
+
+@dataclass(frozen=True)
+class Fate:
+    """What becomes of a job after an attempt: its next status and, if queued, the delay."""
+
+    status: str  # 'succeeded' | 'queued' | 'dead' | 'cancelled'
+    delay: float = 0.0
+
+
+def decide(outcome: str, *, attempts: int, max_attempts: int, crashes: int = 0,
+           max_crashes: int = DEFAULT_MAX_CRASHES, retry_delay: float | None = None,
+           policy: RetryPolicy = DEFAULT_RETRY, permanent: bool = False,
+           rng: random.Random | None = None) -> Fate:
+    """The fate of a job whose ``attempts``-th start ended with ``outcome``.
+
+    ``crashes`` counts earlier worker_lost attempts (not this one). A cancelled job whose
+    attempt then fails is turned ``cancelled`` by the completion query, not here, because
+    only the database knows whether cancel was requested meanwhile.
+    """
+    if outcome == SUCCEEDED:
+        return Fate(SUCCEEDED)
+    if outcome == CANCELLED:
+        return Fate(CANCELLED)
+    if outcome == RELEASED:
+        # Cut short by the master's shutdown, not by the job: back at once, and the attempt
+        # is given back (see refund in the completion).
+        return Fate("queued", 0.0)
+    if permanent:
+        return Fate("dead")
+    if outcome == WORKER_LOST and crashes + 1 >= max_crashes:
+        return Fate("dead")
+    if attempts >= max_attempts:
+        return Fate("dead")
+    if outcome == RETRY and retry_delay is not None:
+        return Fate("queued", max(0.0, float(retry_delay)))
+    return Fate("queued", policy.delay(attempts, rng))
+
+
+def max_attempts_for(enqueued: int, task_limit: int | None) -> int:
+    """A task's own max_attempts caps what its jobs were enqueued with (never raises it)."""
+    return min(enqueued, task_limit) if task_limit else enqueued
+
+
+def max_crashes_for(task: Mapping[str, Any]) -> int:
+    """The crash cap of a task's jobs: its own, else the default."""
+    value = task.get("max_crashes")
+    return DEFAULT_MAX_CRASHES if value is None else value
+
+
+def retry_policies(tasks: Mapping[str, Mapping[str, Any]]) -> dict[str, RetryPolicy]:
+    """The retry ladders tasks declare (the ones that do not use the default)."""
+    return {name: RetryPolicy(*cfg["retry"]) for name, cfg in tasks.items() if "retry" in cfg}
