@@ -18,6 +18,9 @@ import jobrun
 from jobrun.store import migrate
 from jobrun.testing import Cluster
 
+from tests.dbview import Db
+from tests.masterproc import APP, MasterProcess
+
 
 @pytest.fixture(scope="session")
 def pg_dsn():
@@ -75,3 +78,30 @@ def db_env(pg_dsn, schema, tmp_path):
     env.update(JOBRUN_DATABASE_URL=pg_dsn, JOBRUN_SCHEMA=schema,
                JOBRUN_STATE_DIR=str(tmp_path / "state"))
     return env
+
+
+@pytest.fixture
+def db(pg_dsn, schema):
+    """Reads this test's schema (tests.dbview.Db)."""
+    d = Db(pg_dsn, schema)
+    yield d
+    d.conn.close()
+
+
+@pytest.fixture
+def master(db_env, tmp_path):
+    """Start masters (``master("-c", "2")``); every one is killed with its tree at teardown."""
+    started: list[MasterProcess] = []
+
+    def start(*args: str, env=None, app: str = APP, python_args=(), ready: int | None = None):
+        m = MasterProcess(env or db_env, tmp_path, "--poll-interval", "0.1", *args, app=app,
+                          python_args=python_args)
+        started.append(m)
+        m.start()
+        if ready is not None:
+            m.wait_ready(ready)
+        return m
+
+    yield start
+    for m in started:
+        m.kill_tree()

@@ -14,83 +14,13 @@ import signal
 import time
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.rows import dict_row
 
 from jobrun.policy import DEFAULT_RETRY
 from jobrun.testing import wait_for
 
+from tests.dbview import Db, enqueue
 from tests.masterproc import APP, MasterProcess, live, title
-
-FINAL = ("succeeded", "dead", "cancelled")
-
-
-class Db:
-    """Reads this test's schema."""
-
-    def __init__(self, dsn: str, schema: str) -> None:
-        self.conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row)
-        self.schema = schema
-
-    def rows(self, text: str, params=()) -> list[dict]:
-        query = sql.SQL(text).format(s=sql.Identifier(self.schema))
-        return self.conn.execute(query, params).fetchall()
-
-    def job(self, job_id: int) -> dict:
-        return self.rows("SELECT *, run_at - now() AS run_in FROM {s}.jobs WHERE id = %s", (job_id,))[0]
-
-    def attempts(self, job_id: int) -> list[dict]:
-        return self.rows("SELECT * FROM {s}.job_attempts WHERE job_id = %s ORDER BY lease_token",
-                         (job_id,))
-
-    def count(self, where: str = "true", params=()) -> int:
-        return self.rows("SELECT count(*) AS n FROM {s}.jobs WHERE " + where, params)[0]["n"]
-
-    def statuses(self, ids: list[int]) -> dict[int, str]:
-        rows = self.rows("SELECT id, status FROM {s}.jobs WHERE id = ANY(%s)", (ids,))
-        return {r["id"]: r["status"] for r in rows}
-
-    def wait_status(self, ids: list[int] | int, statuses=FINAL, timeout: float = 20.0) -> None:
-        ids = [ids] if isinstance(ids, int) else list(ids)
-        wait_for(lambda: all(s in statuses for s in self.statuses(ids).values()),
-                 timeout=timeout, message=f"jobs {ids[:10]}... to reach {statuses}")
-
-    def result(self, job_id: int):
-        attempts = self.attempts(job_id)
-        assert attempts and attempts[-1]["outcome"] == "succeeded", attempts
-        return attempts[-1]["result"]
-
-
-@pytest.fixture
-def db(pg_dsn, schema):
-    d = Db(pg_dsn, schema)
-    yield d
-    d.conn.close()
-
-
-@pytest.fixture
-def master(db_env, tmp_path):
-    """Start masters (``master("-c", "2")``); every one is killed with its tree at teardown."""
-    started: list[MasterProcess] = []
-
-    def start(*args: str, env=None, app: str = APP, python_args=(), ready: int | None = None):
-        m = MasterProcess(env or db_env, tmp_path, "--poll-interval", "0.1", *args, app=app,
-                          python_args=python_args)
-        started.append(m)
-        m.start()
-        if ready is not None:
-            m.wait_ready(ready)
-        return m
-
-    yield start
-    for m in started:
-        m.kill_tree()
-
-
-def enqueue(client, items, **kw) -> list[int]:
-    return [job_id for job_id, _ in client.enqueue_many(items, **kw)]
 
 
 def sockets(pid: int) -> set[str]:
@@ -481,12 +411,13 @@ def test_hup_replaces_children_without_losing_jobs(master, client, db):
     db.wait_status(running, statuses=("leased",), timeout=10)
     m.signal(signal.SIGHUP)
     wait_for(lambda: "master.reload" in m.stderr(), message="the reload")
-    after = enqueue(client, [("pid", None)] * 6)
 
     def replaced() -> bool:
         kids = set(m.children())
         return len(kids) == 2 and not kids & old
+    # The old generation serves until a new child is ready, then retires after its jobs.
     wait_for(replaced, timeout=15, message="two new children")
+    after = enqueue(client, [("pid", None)] * 6)
     db.wait_status(running + after, timeout=15)
     for job_id in running:  # in flight during the HUP: finished by the old children
         assert db.job(job_id)["status"] == "succeeded"

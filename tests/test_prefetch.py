@@ -16,7 +16,7 @@ import pytest
 from jobrun.testing import wait_for
 
 from tests.masterproc import APP, ROOT
-from tests.test_master import Db, db, enqueue, master  # noqa: F401 - fixtures
+from tests.dbview import Db, enqueue
 
 N = 300
 

@@ -8,7 +8,10 @@ most about 1/linger statements a second), each result waiting at most ``linger``
 
 Every row is guarded by (owner, fencing token, status = 'leased'); a row the guard refuses
 is a lease this master lost (reaped and perhaps re-run elsewhere), counted, not an error.
-On a database error the batch is kept and retried after a backoff: nothing is dropped.
+On a database error the batch is kept and retried after a backoff: nothing is dropped. That
+holds for an error of the statement itself too (a table locked or renamed by hand, a standby
+promoted read-only, a permission revoked): the error is logged loudly at every retry, and the
+rows are written once the cause is gone; until then their leases are renewed as usual.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Callable
 import psycopg
 
 from jobrun.store import db
-from jobrun.worker.lifecycle import Service, backoff_sleep
+from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
 from jobrun.logs import event
 from jobrun.sql import Queries
 
@@ -59,7 +62,8 @@ class Completer(Service):
     def __init__(self, dsn: str, queries: Queries, owner: str, host: str, pid: int,
                  on_refused: Callable[[list[Completion]], None] | None = None,
                  on_recorded: Callable[[list[Completion]], None] | None = None,
-                 on_db_error: Callable[[], None] | None = None, linger: float = 0.0) -> None:
+                 on_db_error: Callable[[], None] | None = None, linger: float = 0.0,
+                 on_db_ok: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.linger = linger
         self.dsn = dsn
@@ -70,6 +74,7 @@ class Completer(Service):
         self.on_refused = on_refused
         self.on_recorded = on_recorded
         self.on_db_error = on_db_error
+        self.on_db_ok = on_db_ok
         self.pending: list[Completion] = []
         self._work = asyncio.Event()
         self._idle = asyncio.Event()
@@ -121,24 +126,24 @@ class Completer(Service):
         failures = 0
         while True:
             try:
-                if self._conn is None or self._conn.closed or self._conn.broken:
-                    self._conn = await db.connect_async(self.dsn, prepare_threshold=0)
+                self._conn = await reconnect_if_broken(self._conn, self.dsn, prepare_threshold=0)
                 cur = await self._conn.execute(self.q.complete_jobs, params)
                 accepted = {row["job_id"] for row in await cur.fetchall()}
                 break
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:  # noqa: BLE001 - kept and retried, whatever it was
                 if self.on_db_error:
                     self.on_db_error()
-                if isinstance(exc, psycopg.Error) and exc.sqlstate and not isinstance(exc, psycopg.OperationalError):
-                    # Not a connection problem: the statement itself failed. Say so loudly;
-                    # retrying the same rows would fail the same way forever.
-                    event(log, logging.ERROR, "complete.failed", error=db.first_line(exc),
-                          jobs=len(batch))
-                    return
                 failures += 1
-                event(log, logging.WARNING, "complete.retry", error=db.first_line(exc),
-                      jobs=len(batch), retry=failures)
+                statement = isinstance(exc, psycopg.Error) and bool(exc.sqlstate) and not \
+                    isinstance(exc, psycopg.OperationalError)
+                # The statement itself failed (not the connection): say so loudly; the rows
+                # stay, and are written once whatever refuses them is fixed.
+                event(log, logging.ERROR if statement else logging.WARNING,
+                      "complete.failed" if statement else "complete.retry",
+                      error=db.first_line(exc), jobs=len(batch), retry=failures)
                 await backoff_sleep(failures)
+        if self.on_db_ok:
+            self.on_db_ok()
         self.batches += 1
         refused = [c for c in batch if c.id not in accepted]
         if refused:

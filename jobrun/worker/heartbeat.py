@@ -20,6 +20,7 @@ so leases are not kept alive for work whose results could not be recorded anyway
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
@@ -31,8 +32,9 @@ import psycopg
 
 from jobrun.store import db
 from jobrun.logs import event
-from jobrun.policy import lease_deadline
+from jobrun.policy import heartbeat_period, lease_deadline
 from jobrun.sql import Queries
+from jobrun.worker.lifecycle import Service, usable
 
 log = logging.getLogger("jobrun.heartbeat")
 
@@ -52,21 +54,31 @@ def _running(lease: Lease) -> bool:
     return job is not None and (job.id, job.token) == (lease.id, lease.token)
 
 
-class Heartbeater:
+class Heartbeater(Service):
+    """A Service whose work runs in its own thread: ``start()`` starts the thread, ``stop()``
+    asks it to end and waits for it (off the event loop); a crash in the thread is a crash of
+    the service."""
+
+    name = "heartbeater"
+
     def __init__(self, dsn: str, queries: Queries, owner: str, ttl: float,
                  leases: Callable[[], list[Lease]], loop_alive: Callable[[float], bool],
                  on_fence: Callable[[Lease, str], None], grace: float | None = None,
-                 on_db_error: Callable[[], None] | None = None) -> None:
+                 on_db_error: Callable[[], None] | None = None,
+                 on_db_ok: Callable[[], None] | None = None) -> None:
+        super().__init__()
         self.dsn = dsn
         self.q = queries
         self.owner = owner
         self.ttl = ttl
-        self.period = ttl / 3.0
+        self.period = heartbeat_period(ttl)
+        self._fixed_grace = grace
         self.grace = grace if grace is not None else min(5.0, self.period)
         self.leases = leases
         self.loop_alive = loop_alive
         self.on_fence = on_fence
         self.on_db_error = on_db_error
+        self.on_db_ok = on_db_ok
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection | None = None
@@ -79,18 +91,33 @@ class Heartbeater:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-            self._thread.start()
+    def reconfigure(self, settings) -> None:
+        # Plain attribute writes: the thread reads them at its next beat.
+        self.ttl = settings.lease_ttl
+        self.period = heartbeat_period(self.ttl)
+        if self._fixed_grace is None:
+            self.grace = min(5.0, self.period)
 
-    def stop(self) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
 
-    def _run(self) -> None:
+        def main() -> None:
+            try:
+                self._beat_until_stopped()
+            except BaseException as exc:  # noqa: BLE001 - reported as the service's crash
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_exception(exc))
+            else:
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        self._thread = threading.Thread(target=main, name="heartbeat", daemon=True)
+        self._thread.start()
+        await done
+
+    def _interrupt(self) -> None:
+        self._stop.set()  # the thread ends after its current beat; _run then returns
+
+    def _beat_until_stopped(self) -> None:
         try:
             while not self._stop.wait(self._next_wait()):
                 self.tick(time.monotonic())
@@ -142,7 +169,7 @@ class Heartbeater:
                 self.failures += 1
                 if self.on_db_error:
                     self.on_db_error()
-                broken = self._conn is None or self._conn.closed or self._conn.broken
+                broken = not usable(self._conn)
                 event(log, logging.WARNING, "heartbeat.failed", error=db.first_line(exc),
                       leases=len(leases), reconnect=broken and not retry)
                 if broken:
@@ -152,6 +179,8 @@ class Heartbeater:
         if rows is None:
             return
         self.beats += 1
+        if self.on_db_ok:
+            self.on_db_ok()
         held = {row["id"]: row["cancel_requested"] for row in rows}
         for lease in leases:
             key = (lease.id, lease.token)
@@ -180,7 +209,7 @@ class Heartbeater:
         lease.child.signal(signal.SIGUSR1)
 
     def _execute_renewal(self, leases: list[Lease]) -> list[dict]:
-        if self._conn is None or self._conn.closed or self._conn.broken:
+        if not usable(self._conn):
             # Bounded waits: a stuck statement must not keep this thread from fencing.
             timeout_ms = int(max(0.5, self.period * 0.8) * 1000)
             self._conn = db.connect(self.dsn, connect_timeout=max(1, int(self.period)),

@@ -1,15 +1,24 @@
-"""The one lifecycle every long-lived part of the master shares.
+"""The one lifecycle every long-lived part of the master shares, and the database idiom they
+share.
 
 ``start()`` launches the part's coroutine as a task; ``stop()`` is safe twice and safe before
-``start()``, and returns only once the part has stopped. Parts implement ``_run()``.
+``start()``, and returns only once the part has stopped (``stop(timeout)`` lets it finish what
+it is doing for that long, then cancels it). A part whose coroutine raises is a crashed part:
+it logs ``service.crashed`` and calls ``on_crash`` (the master then stops with exit code 1;
+a half-alive master that claims jobs whose outcomes are never written is worse than none).
+``reconfigure(settings)`` applies new settings (SIGHUP) to the running part.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any, Callable
+
+import psycopg
 
 from jobrun.logs import event
+from jobrun.store import db
 
 log = logging.getLogger("jobrun.master")
 
@@ -19,39 +28,78 @@ class Service:
 
     def __init__(self) -> None:
         self._task: asyncio.Task | None = None
+        self.stopping = False
+        self.on_crash: Callable[["Service", BaseException], None] | None = None
 
     async def _run(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def reconfigure(self, settings: Any) -> None:
+        """Apply new settings to the running part (the default: nothing depends on them)."""
+
+    def _interrupt(self) -> None:
+        """Ask the running part to stop (the default: cancel its coroutine)."""
+        assert self._task is not None
+        self._task.cancel()
 
     async def _guarded(self) -> None:
         try:
             await self._run()
         except asyncio.CancelledError:
             raise
-        except Exception:
-            event(log, logging.CRITICAL, "service.crashed", service=self.name)
+        except Exception as exc:
+            if self.stopping:
+                raise
+            event(log, logging.CRITICAL, "service.crashed", service=self.name,
+                  error=db.first_line(exc), note="stopping the master (exit code 1)")
             log.exception("service %s crashed", self.name)
+            if self.on_crash is not None:
+                self.on_crash(self, exc)
             raise
 
     def start(self) -> None:
-        if self._task is None:
+        if self._task is None and not self.stopping:
             self._task = asyncio.get_running_loop().create_task(self._guarded(), name=self.name)
 
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def stop(self) -> None:
-        task, self._task = self._task, None
+    async def stop(self, timeout: float | None = None) -> None:
+        self.stopping = True
+        task = self._task
         if task is None:
             return
-        task.cancel()
-        try:
-            await task
-        except (asyncio.CancelledError, Exception):
-            pass
+        if not task.done():
+            if timeout is None:
+                self._interrupt()
+            else:
+                self._interrupt_gently()
+                await asyncio.wait([task], timeout=timeout)
+                if not task.done():
+                    task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: a crash was already reported
+
+    def _interrupt_gently(self) -> None:
+        """Ask the part to finish what it is doing and stop (the default: at once)."""
+        self._interrupt()
 
 
 async def backoff_sleep(attempt: int, base: float = 0.1, cap: float = 5.0) -> None:
     """Wait before retrying a failed database operation (a retry pause, not synchronisation)."""
     await asyncio.sleep(min(cap, base * (2 ** min(attempt, 10))))
+
+
+def usable(conn: psycopg.Connection | psycopg.AsyncConnection | None) -> bool:
+    """Whether a connection may still be used (open and not broken)."""
+    return conn is not None and not conn.closed and not conn.broken
+
+
+async def reconnect_if_broken(conn: psycopg.AsyncConnection | None, dsn: str,
+                              **kwargs: Any) -> psycopg.AsyncConnection:
+    """``conn`` if it is usable, else a new connection (kwargs go to connect)."""
+    if usable(conn):
+        return conn  # type: ignore[return-value]
+    return await db.connect_async(dsn, **kwargs)

@@ -62,6 +62,10 @@ class Metrics:
                                      buckets=BATCH_BUCKETS, registry=r)
         self.db_errors = Counter("jobrun_db_errors", "Database errors by operation", ["op"],
                                  registry=r)
+        self.reload_failures = Counter("jobrun_reload_failures",
+                                       "Reloads (SIGHUP) whose new children did not load", registry=r)
+        self.generation = Gauge("jobrun_generation", "The generation of children serving jobs",
+                                registry=r)
         self.build = Gauge("jobrun_build_info", "jobrun build", ["version", "python"], registry=r)
         self.build.labels(__version__, platform.python_version()).set(1)
 

@@ -31,6 +31,10 @@ class Notifier(Service):
         self.wake = wake
         self.on_db_error = on_db_error
 
+    def reconfigure(self, settings) -> None:
+        self.queues.clear()
+        self.queues.update(settings.queues)
+
     async def _run(self) -> None:
         failures = 0
         while True:

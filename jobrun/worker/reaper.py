@@ -17,9 +17,9 @@ import psycopg
 
 from jobrun.store import db
 from jobrun import ops
-from jobrun.worker.lifecycle import Service, backoff_sleep
+from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
 from jobrun.logs import event
-from jobrun.policy import DEFAULT_RETRY
+from jobrun.policy import DEFAULT_RETRY, reap_interval
 from jobrun.sql import Queries
 
 log = logging.getLogger("jobrun.reaper")
@@ -45,14 +45,17 @@ class Reaper(Service):
         self.purged = 0
         self._next_purge = 0.0
 
+    def reconfigure(self, settings) -> None:
+        self.interval = reap_interval(settings.lease_ttl)
+        self.retention = settings.retention
+
     async def _run(self) -> None:
         failures = 0
         conn: psycopg.AsyncConnection | None = None
         try:
             while True:
                 try:
-                    if conn is None or conn.closed or conn.broken:
-                        conn = await db.connect_async(self.dsn)
+                    conn = await reconnect_if_broken(conn, self.dsn)
                     await self.reap(conn)
                     if self.retention > 0 and time.monotonic() >= self._next_purge:
                         await self.purge(conn)

@@ -18,7 +18,7 @@ from typing import Callable
 import psycopg
 
 from jobrun.store import db
-from jobrun.worker.lifecycle import Service, backoff_sleep
+from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
 from jobrun.logs import event
 from jobrun.sql import Queries
 
@@ -31,7 +31,8 @@ class Registry(Service):
 
     def __init__(self, dsn: str, queries: Queries, row: Callable[[], dict],
                  on_depth: Callable[[list[dict]], None], interval: float = 2.0,
-                 on_error: Callable[[], None] | None = None) -> None:
+                 on_error: Callable[[], None] | None = None,
+                 on_db_ok: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.dsn = dsn
         self.q = queries
@@ -39,12 +40,12 @@ class Registry(Service):
         self.on_depth = on_depth
         self.interval = interval
         self.on_error = on_error
+        self.on_db_ok = on_db_ok
         self._conn: psycopg.AsyncConnection | None = None
         self._next_depth = 0.0
 
     async def _connection(self) -> psycopg.AsyncConnection:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = await db.connect_async(self.dsn)
+        self._conn = await reconnect_if_broken(self._conn, self.dsn)
         return self._conn
 
     async def refresh(self) -> None:
@@ -68,6 +69,8 @@ class Registry(Service):
                 try:
                     await self.refresh()
                     failures = 0
+                    if self.on_db_ok:
+                        self.on_db_ok()  # /healthz: the database was reached just now
                 except Exception as exc:  # noqa: BLE001 - log, back off, go on
                     failures += 1
                     if self.on_error:

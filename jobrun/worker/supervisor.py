@@ -14,6 +14,7 @@ ends), so a child killed by a signal is noticed at once, and signals go through
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import signal
@@ -30,6 +31,21 @@ from jobrun import protocol
 from jobrun.logs import event
 
 log = logging.getLogger("jobrun.supervisor")
+
+
+class ChildState(enum.Enum):
+    """A child's state, as the master sees it; this module owns it::
+
+        STARTING --ready--> IDLE --claim--> RESERVED --job--> BUSY --result--> IDLE ...
+        any --stop/recycle/reload--> RETIRING;  any --exit--> EXITED
+    """
+
+    STARTING = "starting"
+    IDLE = "idle"
+    RESERVED = "reserved"  # idle, with a claim running for it
+    BUSY = "busy"
+    RETIRING = "retiring"  # finishes what it holds, then exits
+    EXITED = "exited"
 
 
 @dataclass
@@ -56,11 +72,12 @@ class Child:
     popen: subprocess.Popen
     sock: socket.socket
     pidfd: int
-    state: str = "starting"  # starting | idle | reserved | busy | retiring | exited
+    state: ChildState = ChildState.STARTING
     job: Inflight | None = None  # the job it runs
     # Jobs already written to its socket, behind ``job``, in the order it will run them.
     queued: deque[Inflight] = field(default_factory=deque)
     kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced | unwritable
+    ready: bool = False  # it reported ready once (its app loaded)
     rss: int = 0
     jobs_done: int = 0
     last_alive: float = field(default_factory=time.monotonic)
@@ -204,7 +221,7 @@ class Supervisor:
             self.loop.remove_writer(child.sock.fileno())
             child._outbox.clear()
         # Drain what the child wrote before it died (a result sent just before exiting).
-        if child.state != "exited":
+        if child.state is not ChildState.EXITED:
             try:
                 while True:
                     data = child.sock.recv(65536, socket.MSG_DONTWAIT)
@@ -227,7 +244,7 @@ class Supervisor:
         try:
             self.on_exit(child, status)
         finally:
-            child.state = "exited"
+            child.state = ChildState.EXITED
 
     def kill(self, child: Child, reason: str) -> None:
         if child.kill_reason is None:
@@ -236,7 +253,7 @@ class Supervisor:
 
     def stop(self, child: Child) -> None:
         """Ask a child to exit after the jobs it holds (if any)."""
-        child.state = "retiring"
+        child.state = ChildState.RETIRING
         if child.job is None and not child.queued:
             child.send(protocol.encode({"t": "stop"}))
 

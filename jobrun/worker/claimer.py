@@ -1,0 +1,276 @@
+"""The claimer: claims batches of jobs (one statement) and hands them to children.
+
+It wakes on a notification, a freed child or the poll floor; claims for every idle child plus
+what busy children may take ahead (policy.prefetch); and writes each child its jobs in one
+write. Rows no child can take go back to the queue uncounted (``unclaim``).
+
+The last claim coming back short means the queues are dry until a notification or the poll
+floor says otherwise, so a child freed meanwhile does not cost a claim statement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+import psycopg
+
+from jobrun import protocol
+from jobrun.config import Settings
+from jobrun.logs import event
+from jobrun.policy import prefetch
+from jobrun.sql import Queries
+from jobrun.store import db
+from jobrun.worker.dispatcher import Dispatcher
+from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
+from jobrun.worker.metrics import Metrics
+from jobrun.worker.supervisor import Child, ChildState, Inflight
+
+log = logging.getLogger("jobrun.master")
+S = ChildState
+Batch = dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]]
+
+
+class Claimer(Service):
+    name = "claimer"
+
+    def __init__(self, dsn: str, queries: Queries, owner: str, settings: Settings,
+                 dispatcher: Dispatcher, metrics: Metrics,
+                 on_db_ok: Callable[[], None]) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.q = queries
+        self.owner = owner
+        self.settings = settings
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.on_db_ok = on_db_ok
+        self.conn: psycopg.AsyncConnection | None = None
+        self.wake_event = asyncio.Event()
+        self.claimed = 0
+        self._dry = False
+        self._announced = 0  # notifications so far: one that arrives during a claim undries
+        self._last_claim = 0.0
+        self._waits: dict[str, Any] = {}
+        self._unclaims: set[asyncio.Task] = set()
+
+    async def connect(self) -> None:
+        self.conn = await db.connect_async(self.dsn, prepare_threshold=0)
+
+    def reconfigure(self, settings: Settings) -> None:
+        self.settings = settings  # queues, poll interval, TTL, prefetch: read at every claim
+        self.wake_for_jobs()
+
+    def wake(self) -> None:
+        self.wake_event.set()
+
+    def wake_for_jobs(self) -> None:
+        """New jobs were announced (NOTIFY, or the LISTEN connection came back)."""
+        self._dry = False
+        self._announced += 1
+        self.wake_event.set()
+
+    def _interrupt_gently(self) -> None:
+        # A claim in flight finishes and hands its jobs out (cancelled, its rows would stay
+        # leased, undelivered, until their leases expired); the loop then sees stopping.
+        self.wake()
+
+    async def _run(self) -> None:
+        failures = 0
+        try:
+            while not self.stopping:
+                s = self.settings
+                since = time.monotonic() - self._last_claim
+                try:
+                    await asyncio.wait_for(self.wake_event.wait(),
+                                           max(0.0, s.poll_interval - since) if self._dry
+                                           else s.poll_interval)
+                except asyncio.TimeoutError:
+                    pass
+                self.wake_event.clear()
+                if self.stopping:
+                    break
+                if self._dry and time.monotonic() - self._last_claim < s.poll_interval:
+                    continue
+                failures = await self._claim_once(s, failures)
+        finally:
+            for child in self.dispatcher.supervisor.alive():
+                if child.state is S.RESERVED:
+                    child.state = S.IDLE
+
+    async def _claim_once(self, s: Settings, failures: int) -> int:
+        """One claim and hand-out; returns the count of consecutive failures."""
+        d = self.dispatcher
+        idle = d.idle()
+        extra, most, dry_soon = self._room(len(idle))
+        if not prefetch.worth_claiming(len(idle), extra, most, dry_soon):
+            return failures
+        limit = len(idle) + extra
+        for child in idle:
+            child.state = S.RESERVED
+        announced = self._announced
+        try:
+            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
+            cur = await self.conn.execute(self.q.claim_jobs, {
+                "queues": list(s.queues), "limit": limit, "owner": self.owner,
+                "ttl": s.lease_ttl})
+            rows = await cur.fetchall()
+            self._last_claim = time.monotonic()
+            self.on_db_ok()
+            # Short means dry, unless jobs were announced while the claim ran (its snapshot
+            # may predate them).
+            self._dry = len(rows) < limit and self._announced == announced
+        except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
+            for child in idle:
+                if child.state is S.RESERVED:
+                    child.state = S.IDLE
+            self.metrics.db_errors.labels("claim").inc()
+            event(log, logging.WARNING, "claim.failed", error=db.first_line(exc), retry=failures + 1)
+            await backoff_sleep(failures + 1)
+            self.wake()
+            return failures + 1
+        self.claimed += len(rows)
+        orphans = self._hand_out(idle, rows)
+        if orphans:
+            await self.unclaim(orphans)
+        if rows:
+            self.metrics.claim_batch.observe(len(rows))
+            for row in rows:
+                wait = self._waits.get(row["queue"])
+                if wait is None:
+                    wait = self._waits[row["queue"]] = self.metrics.wait.labels(row["queue"])
+                wait.observe(max(0.0, row["waited"]))
+            d.changed()
+        if len(rows) == limit and not orphans:
+            self.wake()  # there may be more (not when rows went back: no child wants them)
+        return 0
+
+    # --- prefetch sizing (policy.prefetch) ------------------------------------------------
+
+    def _cap(self, child: Child) -> int:
+        return prefetch.cap(self.settings.prefetch, self.settings.max_tasks_per_child,
+                            child.jobs_done)
+
+    def _headroom(self, child: Child) -> float | None:
+        limit = self._cap(child)
+        if child.held() >= limit:
+            return None
+        budget = self.settings.prefetch_max_runtime
+        held = prefetch.backlog((j.task for j in (child.job, *child.queued) if j is not None),
+                                self.dispatcher.runtime, budget)
+        return prefetch.headroom(child.held(), limit, held, budget)
+
+    def _can_top_up(self, child: Child) -> bool:
+        return self._headroom(child) is not None
+
+    def _short_only(self, child: Child) -> bool:
+        """Below its cap and holding only short jobs (the budget aside)."""
+        return child.held() < self._cap(child) and prefetch.backlog(
+            (j.task for j in (child.job, *child.queued) if j is not None),
+            self.dispatcher.runtime, self.settings.prefetch_max_runtime) is not None
+
+    def _room(self, idle: int) -> tuple[int, int, bool]:
+        s = self.settings
+        runtime = self.dispatcher.runtime
+        if s.prefetch <= 1 or not runtime:
+            return 0, 0, False
+        busy = [(self._cap(c) - c.held(), self._headroom(c), bool(c.queued))
+                for c in self.dispatcher.busy()]
+        return prefetch.room(prefetch=s.prefetch, budget=s.prefetch_max_runtime, runtime=runtime,
+                             idle=idle, target=self.dispatcher.target, busy=busy)
+
+    # --- hand-out -------------------------------------------------------------------------
+
+    def _hand_out(self, reserved: list[Child], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Give claimed rows to children: one to each reserved (idle) child, then the rest to
+        the children holding fewest that may take more (idle, or topped up). One write per
+        child. Returns the rows no child took, to be given back."""
+        d = self.dispatcher
+        rows = list(rows)
+        rows.reverse()
+        batches: Batch = {}
+        for child in reserved:
+            if child.state is not S.RESERVED:
+                continue  # exited while the claim ran
+            if not rows:
+                child.state = S.IDLE
+                continue
+            self._assign(child, rows.pop(), batches)
+        if rows:
+            # Children that went idle while the claim ran take rows too, first.
+            self._fill(d.idle() + d.busy(), rows, batches, self._can_top_up)
+        if rows:
+            # Run times measured while the claim ran may have grown past the room it was
+            # sized for: rather than give rows back (a statement, and a claim again), let
+            # children holding only short jobs take them, up to --prefetch.
+            self._fill(d.busy(), rows, batches, self._short_only)
+        orphans = rows[::-1]
+        for child, sent in batches.items():
+            if child.send(b"".join(frame for _, _, frame in sent)):
+                continue
+            # Its socket is broken: take back what it never got, and replace it (its exit is
+            # reported through its pidfd; a broken child must not keep its slot).
+            for job, row, _ in sent:
+                d.take_back(child, job)
+                orphans.append(row)
+            child.state = S.RETIRING
+            event(log, logging.ERROR, "child.unwritable", child=child.index, pid=child.pid,
+                  jobs=len(sent), note="replacing the child")
+            d.supervisor.kill(child, "unwritable")
+        return orphans
+
+    def _fill(self, takers: list[Child], rows: list[dict[str, Any]], batches: Batch,
+              can_take: Callable[[Child], bool]) -> None:
+        """Hand rows (popped from the end) to the takers holding fewest, while they can take."""
+        takers = [c for c in takers if can_take(c)]
+        while rows and takers:
+            child = min(takers, key=Child.held)
+            self._assign(child, rows.pop(), batches)
+            if not can_take(child):
+                takers.remove(child)
+
+    def _assign(self, child: Child, row: dict[str, Any], batches: Batch) -> None:
+        job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
+                       attempts=row["attempts"], max_attempts=row["max_attempts"],
+                       crashes=row["crashes"], created_at=row["created_at"],
+                       claimed=self._last_claim)
+        frame = protocol.job_frame({
+            "id": job.id, "token": job.token, "owner": self.owner, "task": job.task,
+            "queue": job.queue, "attempt": job.attempts, "max_attempts": job.max_attempts,
+            "priority": row["priority"], "created_at": job.created_at,
+            "key": row["idempotency_key"], "traceparent": row["traceparent"]}, row["payload"])
+        if child.job is None:
+            self.dispatcher.start_job(child, job)
+        else:
+            child.queued.append(job)
+        batches.setdefault(child, []).append((job, row, frame))
+
+    # --- give-back ------------------------------------------------------------------------
+
+    def give_back(self, rows: list[dict[str, Any]]) -> None:
+        """Give back, in the background, claimed jobs no child will start."""
+        task = asyncio.get_running_loop().create_task(self.unclaim(rows))
+        self._unclaims.add(task)
+        task.add_done_callback(self._unclaims.discard)
+
+    async def given_back(self, timeout: float) -> None:
+        """Wait for give-backs in flight."""
+        if self._unclaims:
+            await asyncio.wait(set(self._unclaims), timeout=timeout)
+
+    async def unclaim(self, rows: list[dict[str, Any]]) -> None:
+        """Give back claimed jobs no child started (one statement)."""
+        try:
+            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
+            await self.conn.execute(self.q.unclaim, {
+                "ids": [row["id"] for row in rows], "tokens": [row["lease_token"] for row in rows],
+                "owner": self.owner})
+        except Exception as exc:  # noqa: BLE001 - the leases then expire and are reaped
+            event(log, logging.WARNING, "unclaim.failed", jobs=[row["id"] for row in rows],
+                  error=db.first_line(exc))
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()

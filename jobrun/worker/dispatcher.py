@@ -1,0 +1,408 @@
+"""The dispatcher: the master's side of its children. It keeps the pool at its size, starts a
+new generation on reload, runs each handed-out job (time limit, lease snapshot), and turns
+what comes back (a result frame, or the child's exit) into an outcome for the completer.
+
+    spawn ──> STARTING ──ready──> IDLE <──> RESERVED/BUSY (the claimer hands jobs out)
+    result frame ──> settle (policy.decide) ──> completer       exit ──> settle, respawn
+    jobs waiting in a child that will not run them ──> given back (uncounted)
+
+Reload (SIGHUP) starts a new generation beside the one serving; the old one is retired only
+once a new child is ready. A new generation whose app fails to import is abandoned (the old
+one keeps serving) and the next SIGHUP tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from jobrun import protocol
+from jobrun.config import Settings
+from jobrun.logs import event
+from jobrun.policy import (
+    DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, alive_interval, boot_failure, decide,
+    max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
+)
+from jobrun.worker.completer import Completion
+from jobrun.worker.exits import describe_exit
+from jobrun.worker.heartbeat import Lease
+from jobrun.worker.lifecycle import Service
+from jobrun.worker.metrics import Metrics
+from jobrun.worker.supervisor import Child, ChildState, Inflight, Supervisor
+
+log = logging.getLogger("jobrun.master")
+S = ChildState
+
+
+class Dispatcher(Service):
+    name = "dispatcher"
+
+    def __init__(self, supervisor: Supervisor, settings: Settings, metrics: Metrics, *,
+                 submit: Callable[[Completion], None], give_back: Callable[[list[dict]], None],
+                 changed: Callable[[], None], fatal: Callable[[int, str], None]) -> None:
+        super().__init__()
+        self.supervisor = supervisor
+        self.settings = settings
+        self.metrics = metrics
+        self.submit = submit  # an outcome to record
+        self.give_back = give_back  # rows claimed but never started, back to the queue
+        self.changed = changed  # a child changed state: wake the claimer, re-render the title
+        self.fatal = fatal  # (exit code, event name): the master must stop
+        self.target = settings.concurrency
+        self.generation = 0  # the newest generation (children spawn in it)
+        self.serving = 0  # the generation whose children take jobs
+        self._next_generation = 1
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self._policies: dict[str, Any] = {}
+        self.fenced: set[tuple[int, int]] = set()  # added to by the heartbeater thread
+        self.booted = asyncio.Event()
+        self.closing = False  # the master is stopping: no respawn, no new jobs
+        self.outcomes: Counter[str] = Counter()
+        # Recent run time per task (seconds, moving average): see policy.prefetch.
+        self.runtime: dict[str, float] = {}
+        self._job_counters: dict[tuple[str, str, str], Any] = {}
+        self._durations: dict[tuple[str, str], Any] = {}
+        self._early_deaths = 0
+        self._free_indexes: list[int] = []
+        self._next_index = 1
+        self._warned_memory = False
+        metrics.generation.set(0)
+
+    async def _run(self) -> None:
+        self.replenish()
+        await asyncio.Event().wait()  # callbacks do the work, on the event loop
+
+    def reconfigure(self, settings: Settings) -> None:
+        self.settings = settings
+        self.target = settings.concurrency
+        sup = self.supervisor
+        sup.max_tasks = settings.max_tasks_per_child
+        sup.max_memory_bytes = settings.max_memory_per_child * 1024 * 1024
+        sup.soft_time_limit = settings.soft_time_limit
+        sup.alive_interval = alive_interval(settings.lease_ttl)
+
+    # --- the pool -------------------------------------------------------------------------
+
+    def spawn(self) -> Child:
+        if self._free_indexes:
+            index = self._free_indexes.pop(0)
+        else:
+            index, self._next_index = self._next_index, self._next_index + 1
+        return self.supervisor.spawn(index, self.generation)
+
+    def current(self) -> list[Child]:
+        """Children of the newest generation that are not on their way out."""
+        return [c for c in self.supervisor.alive()
+                if c.generation == self.generation and c.state not in (S.RETIRING, S.EXITED)]
+
+    def idle(self) -> list[Child]:
+        return [c for c in self.supervisor.alive()
+                if c.state is S.IDLE and c.generation == self.serving]
+
+    def busy(self) -> list[Child]:
+        """Children of the serving generation that run a job."""
+        return [c for c in self.supervisor.alive()
+                if c.state is S.BUSY and c.generation == self.serving]
+
+    def running(self) -> int:
+        """How many children run a job (any generation)."""
+        return sum(1 for c in self.supervisor.alive() if c.job is not None)
+
+    def replenish(self) -> None:
+        if self.closing:
+            return
+        while len(self.current()) < self.target:
+            self.spawn()
+
+    def resize(self, target: int) -> None:
+        self.target = target
+        current = self.current()
+        if len(current) > target:
+            victim = next((c for c in current if c.state in (S.IDLE, S.STARTING)), current[-1])
+            self.supervisor.stop(victim)
+        self.replenish()
+
+    def reload(self) -> None:
+        """Start a new generation beside the serving one (retired once a new child is ready)."""
+        self.generation, self._next_generation = self._next_generation, self._next_generation + 1
+        event(log, logging.INFO, "master.reload", generation=self.generation, concurrency=self.target)
+        self.replenish()
+
+    def _promote(self) -> None:
+        self.serving = self.generation
+        self.metrics.generation.set(self.serving)
+        for child in self.supervisor.alive():
+            if child.generation != self.serving:
+                if child.job is None and not child.queued:
+                    self.supervisor.stop(child)
+                else:
+                    child.state = S.RETIRING
+
+    def _abandon(self, child: Child, status: str) -> None:
+        """The new generation does not load: stop it, keep the serving one."""
+        failed = child.generation
+        self.generation = self.serving
+        self.metrics.reload_failures.inc()
+        event(log, logging.ERROR, "reload.failed", generation=failed, serving=self.serving,
+              reason=f"a child of the new generation {status} before it was ready (the app does"
+                     " not load; see its traceback above); the old generation keeps serving,"
+                     " the next SIGHUP tries again")
+        for other in self.supervisor.alive():
+            if other.generation == failed:
+                self.supervisor.kill(other, "reload_failed")
+
+    # --- frames ---------------------------------------------------------------------------
+
+    def on_frame(self, child: Child, frame: dict[str, Any]) -> None:
+        kind = frame.get("t")
+        if kind == "alive":
+            return  # the supervisor stamped child.last_alive
+        if kind == "ready":
+            self._on_ready(child, frame)
+        elif kind == "result":
+            self._on_result(child, frame)
+        else:
+            event(log, logging.ERROR, "child.protocol_error", child=child.index, frame=kind)
+
+    def _on_ready(self, child: Child, frame: dict[str, Any]) -> None:
+        self.tasks.update(frame.get("tasks", {}))
+        self._policies = retry_policies(self.tasks)
+        child.rss = frame.get("rss", 0)
+        child.ready = True
+        self._early_deaths = 0
+        limit = self.settings.max_memory_per_child * 1024 * 1024
+        if limit and child.rss > limit and not self._warned_memory:
+            self._warned_memory = True
+            event(log, logging.WARNING, "child.over_memory_at_start", rss_mb=child.rss >> 20,
+                  limit_mb=self.settings.max_memory_per_child,
+                  note="a fresh child is already over --max-memory-per-child; not recycling for memory")
+        if child.generation == self.generation != self.serving:
+            self._promote()
+        if child.state is S.RETIRING or child.generation != self.generation or self.closing:
+            self.supervisor.stop(child)
+        else:
+            child.state = S.IDLE
+        self.booted.set()
+        self.changed()
+
+    def _on_result(self, child: Child, frame: dict[str, Any]) -> None:
+        job = child.job
+        if job is None or job.id != frame.get("id") or job.token != frame.get("token"):
+            event(log, logging.ERROR, "child.protocol_error", child=child.index,
+                  reason="result for a job it does not hold")
+            return
+        self._finish(child, job)
+        child.jobs_done += 1
+        child.rss = frame.get("rss", child.rss)
+        key = (job.id, job.token)
+        if key in self.fenced:
+            self.fenced.discard(key)
+        elif frame.get("outcome") == "lease_lost":
+            # LeaseLost reached the handler although this master never fenced the attempt (a
+            # stray signal, or a transactional completion refused by the guard): its lease may
+            # still be ours, so say what happened and give the job back.
+            self.settle(job, RELEASED, {"error": "interrupted by LeaseLost without a fence",
+                                        "log": frame.get("log")}, child.index)
+        elif frame.get("recorded"):
+            # The child committed the outcome together with the handler's effects.
+            self._observe(job, frame["outcome"], ran=True)
+        else:
+            self.settle(job, frame["outcome"], frame, child.index)
+        if frame.get("recycle"):
+            child.state = S.RETIRING  # it exits by itself, without reading what it was sent
+            self.give_back_queued(child, "child recycled")
+            self.metrics.child_exits.labels(f"recycle_{frame['recycle']}").inc()
+            event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
+                  reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
+        elif child.queued:
+            self.start_job(child, child.queued.popleft())  # already in its pipe: it runs it now
+        elif child.state is S.RETIRING or child.generation != self.serving or self.closing:
+            self.supervisor.stop(child)
+        else:
+            child.state = S.IDLE
+        self.changed()
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def start_job(self, child: Child, job: Inflight) -> None:
+        """``job`` is the one ``child`` runs from now on."""
+        child.job = job
+        child.state = S.BUSY
+        job.dispatched = time.monotonic()
+        limit = self.time_limit(job.task)
+        if limit:
+            job.timer = asyncio.get_running_loop().call_later(
+                limit, self._hard_timeout, child, job.id, job.token)
+
+    def _finish(self, child: Child, job: Inflight) -> None:
+        if job.timer is not None:
+            job.timer.cancel()
+        child.job = None
+
+    def take_back(self, child: Child, job: Inflight) -> None:
+        """Undo a hand-out the child never received (its socket broke)."""
+        if child.job is job:
+            self._finish(child, job)
+        else:
+            child.queued.remove(job)
+
+    def time_limit(self, task: str) -> float:
+        return self.tasks.get(task, {}).get("time_limit") or self.settings.time_limit
+
+    def _hard_timeout(self, child: Child, job_id: int, token: int) -> None:
+        job = child.job
+        if job is not None and job.id == job_id and job.token == token:
+            event(log, logging.WARNING, "job.time_limit", job=job_id, task=job.task,
+                  child=child.index, limit=self.time_limit(job.task))
+            self.supervisor.kill(child, "timeout")
+
+    def give_back_queued(self, child: Child, why: str) -> None:
+        """Jobs waiting in a child that will never run them go back to the queue as if never
+        claimed (their attempt is not counted); fenced ones are not ours to give back."""
+        rows = []
+        while child.queued:
+            job = child.queued.popleft()
+            if (job.id, job.token) in self.fenced:
+                self.fenced.discard((job.id, job.token))
+            else:
+                rows.append({"id": job.id, "lease_token": job.token})
+        if rows:
+            event(log, logging.INFO, "jobs.given_back", child=child.index, pid=child.pid,
+                  jobs=len(rows), reason=why)
+            self.outcomes["given_back"] += len(rows)
+            self.give_back(rows)
+
+    def settle(self, job: Inflight, outcome: str, info: dict[str, Any], child_index: int,
+               crashed: int = 0) -> None:
+        cfg = self.tasks.get(job.task, {})
+        fate = decide(outcome, attempts=job.attempts,
+                      max_attempts=max_attempts_for(job.max_attempts, cfg.get("max_attempts")),
+                      crashes=job.crashes, max_crashes=max_crashes_for(cfg),
+                      retry_delay=info.get("delay"),
+                      policy=self._policies.get(job.task, DEFAULT_RETRY),
+                      permanent=bool(info.get("permanent")))
+        self._observe(job, outcome, ran=job.dispatched > 0)
+        self.submit(Completion(
+            id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
+            error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
+            child=child_index, crashed=crashed, log=info.get("log"),
+            refund=1 if outcome == RELEASED else 0))
+
+    def _observe(self, job: Inflight, outcome: str, ran: bool) -> None:
+        self.outcomes[outcome] += 1
+        # Labelled children are cached: labels() costs more than the increment itself.
+        key = (job.queue, job.task, outcome)
+        counter = self._job_counters.get(key)
+        if counter is None:
+            counter = self._job_counters[key] = self.metrics.jobs.labels(*key)
+        counter.inc()
+        if ran:
+            histogram = self._durations.get(key[:2])
+            if histogram is None:
+                histogram = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
+            took = time.monotonic() - job.dispatched
+            histogram.observe(took)
+            self.runtime[job.task] = run_time_average(self.runtime.get(job.task), took)
+
+    # --- exits ----------------------------------------------------------------------------
+
+    def on_exit(self, child: Child, status: int) -> None:
+        what, sigkill = describe_exit(status)
+        self.give_back_queued(child, "child exited")
+        job = child.job
+        planned = (child.state is S.RETIRING or child.kill_reason is not None or self.closing
+                   or child.generation > self.generation)
+        if job is not None:
+            self._finish(child, job)
+            self._settle_lost(child, job, what, sigkill)
+        elif not planned:
+            self.metrics.child_exits.labels("unexpected").inc()
+            level = logging.ERROR if status != 0 else logging.WARNING
+            event(log, level, "child.exit", child=child.index, pid=child.pid, status=what)
+        self._free_indexes.append(child.index)
+        self._free_indexes.sort()
+        if status == protocol.EXIT_BOOT_ERROR and child.generation <= self.generation:
+            verdict = boot_failure(was_ready=child.ready, booted=self.booted.is_set(),
+                                   newer_than_serving=child.generation > self.serving)
+            if verdict is BootFailure.STOP:
+                event(log, logging.CRITICAL, "app.load_failed", app=self.settings.app,
+                      note="the app could not be imported (see the traceback above); stopping")
+                self.fatal(protocol.EXIT_BOOT_ERROR, "app.load_failed")
+                return
+            if verdict is BootFailure.RELOAD_FAILED:
+                self._abandon(child, what)
+                self.changed()
+                return
+        if child.state is S.STARTING and not planned:
+            self._early_deaths += 1
+            if start_failing(self._early_deaths):
+                event(log, logging.CRITICAL, "child.start_failing", deaths=self._early_deaths)
+                self.fatal(1, "child.start_failing")
+                return
+        self.replenish()
+        self.changed()
+
+    def _settle_lost(self, child: Child, job: Inflight, what: str, sigkill: bool) -> None:
+        """The outcome of a job whose child exited while running it."""
+        key = (job.id, job.token)
+        if key in self.fenced:
+            self.fenced.discard(key)
+        elif child.kill_reason == "timeout":
+            self.metrics.child_exits.labels("timeout").inc()
+            limit = self.time_limit(job.task)
+            self.settle(job, TIMEOUT, {"error": f"hard time limit of {limit:g}s exceeded; child {what}"},
+                        child.index)
+        elif child.kill_reason == "shutdown":
+            self.settle(job, RELEASED, {"error": "released at shutdown; child stopped"}, child.index)
+        else:
+            self.metrics.child_exits.labels("crash").inc()
+            hint = " (perhaps out of memory)" if sigkill else ""
+            event(log, logging.ERROR, "child.lost", child=child.index, pid=child.pid,
+                  job=job.id, task=job.task, status=what + hint)
+            self.settle(job, WORKER_LOST, {"error": f"child {what}{hint} while running the job"},
+                        child.index, crashed=1)
+
+    # --- views ----------------------------------------------------------------------------
+
+    def leases(self) -> list[Lease]:
+        """Jobs this master holds leases for (running, or waiting in a child's pipe), for the
+        heartbeater thread: a snapshot, safe to take from it."""
+        out = []
+        now = time.monotonic()
+        quiet = self.settings.lease_ttl / 3
+        for child in list(self.supervisor.children.values()):
+            job = child.job
+            jobs = (job, *child.queued) if job is not None else tuple(child.queued)
+            for held in jobs:
+                alive = now - max(child.last_alive, held.dispatched or held.claimed) < quiet
+                out.append(Lease(held.id, held.token, child, held.claimed, alive))
+        return out
+
+    def on_fence_threadsafe(self, lease: Lease, reason: str) -> None:
+        self.fenced.add((lease.id, lease.token))
+        self.supervisor.loop.call_soon_threadsafe(self._on_fenced, lease.id, lease.token, reason)
+
+    def _on_fenced(self, job_id: int, token: int, reason: str) -> None:
+        self.metrics.fenced.inc()
+        event(log, logging.WARNING, "lease.fenced", job=job_id, token=token, reason=reason)
+
+    def inflight(self) -> list[dict[str, Any]]:
+        now = time.time()
+        out = []
+        for child in self.supervisor.alive():
+            job = child.job
+            if job is not None:
+                started = now - (time.monotonic() - job.dispatched)
+                out.append({"id": job.id, "task": job.task, "child": child.index,
+                            "pid": child.pid, "started": round(started, 3)})
+        return out
+
+    def count_states(self) -> dict[str, int]:
+        states: dict[str, int] = {}
+        for child in self.supervisor.alive():
+            state = "busy" if child.job is not None else child.state.value
+            states[state] = states.get(state, 0) + 1
+        return states

@@ -1,0 +1,64 @@
+"""SIGHUP re-reads the config file and every part of the master honours the new settings."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from psycopg import sql
+
+from jobrun.testing import wait_for
+
+from tests.masterproc import MasterProcess
+
+
+def write_config(path, **values) -> None:
+    lines = []
+    for key, value in values.items():
+        if isinstance(value, list):
+            value = "[" + ", ".join(f'"{v}"' for v in value) + "]"
+        elif isinstance(value, str):
+            value = f'"{value}"'
+        lines.append(f"{key} = {value}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def lease_left(db, job_id: int) -> float:
+    [row] = db.rows("SELECT extract(epoch FROM lease_expires_at - now())::float8 AS left"
+                    " FROM {s}.jobs WHERE id = %s", (job_id,))
+    return row["left"] or 0.0
+
+
+def test_hup_applies_queues_ttl_and_concurrency(db_env, tmp_path, client, db):
+    db.conn.execute(sql.SQL("INSERT INTO {}.queues (name) VALUES ('other')").format(
+        sql.Identifier(db.schema)))
+    conf = tmp_path / "jobrun.toml"
+    write_config(conf, queues=["default"], lease_ttl=3, concurrency=1, poll_interval=0.1)
+    env = {**db_env, "JOBRUN_CONFIG": str(conf)}
+    with MasterProcess(env, tmp_path) as m:
+        m.wait_ready(1)
+        waiting = client.enqueue("pid", queue="other").job.id
+        first = client.enqueue("pid").job.id
+        db.wait_status(first)
+        assert db.job(waiting)["status"] == "queued"  # not one of its queues yet
+
+        write_config(conf, queues=["default", "other"], lease_ttl=30, concurrency=2,
+                     poll_interval=0.1)
+        m.signal(signal.SIGHUP)
+        db.wait_status(waiting)  # the claimer took the new queue
+        m.wait_children(2)  # the new concurrency
+        long = client.enqueue("sleep", 2.5).job.id
+        db.wait_status(long, statuses=("leased",))
+        assert lease_left(db, long) > 20  # claimed with the new TTL
+        # Renewed with the new TTL too (the old heartbeater renewed to 3 s every second).
+        checks = 0
+        while db.job(long)["status"] == "leased":
+            assert lease_left(db, long) > 20
+            checks += 1
+            since = time.monotonic()
+            wait_for(lambda: time.monotonic() - since > 0.2, message="the next look")
+        assert checks >= 3
+        db.wait_status(long)
+        assert db.job(long)["status"] == "succeeded"
+        m.signal(signal.SIGTERM)
+        assert m.wait(20) == 0
