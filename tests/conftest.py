@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,6 +21,25 @@ from jobrun.testing import Cluster
 
 from tests.dbview import Db
 from tests.masterproc import APP, MasterProcess
+
+
+_HERE = Path(__file__).resolve().parent
+_KINDS = ("unit", "db", "acceptance")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The folder decides a test's marker (tests/unit, tests/db, tests/acceptance); a test in
+    tests/unit that asks for the database is marked ``db`` instead, so ``-m unit`` never
+    starts PostgreSQL."""
+    for item in items:
+        try:
+            kind = Path(item.fspath).resolve().relative_to(_HERE).parts[0]
+        except ValueError:
+            continue
+        if kind == "unit" and "pg_dsn" in item.fixturenames:
+            kind = "db"
+        if kind in _KINDS:
+            item.add_marker(getattr(pytest.mark, kind))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,163 @@
+"""Parts of the master without a database: frames, exit descriptions, the lifecycle every
+service shares (and its supervision), health, and each handle_<signal> called directly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobrun import protocol
+from jobrun.config import Settings
+from jobrun.worker.exits import describe_exit
+from jobrun.worker.lifecycle import Service
+from jobrun.worker.master import Master
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**53, 2**53), st.text(max_size=20),
+              st.floats(allow_nan=False, allow_infinity=False)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=8)
+frames = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(objs=st.lists(frames, max_size=5), cut=st.integers(1, 64))
+def test_frames_round_trip_through_any_chunking(objs, cut):
+    wire = b"".join(protocol.encode(o) for o in objs)
+    reader = protocol.FrameReader()
+    got = []
+    for i in range(0, len(wire), cut):
+        got.extend(protocol.decode(body) for body in reader.feed(wire[i:i + cut]))
+    assert got == objs
+
+
+@settings(max_examples=40, deadline=None)
+@given(header=st.dictionaries(st.sampled_from(["id", "task", "queue", "key"]), json_values),
+       payload=json_values)
+def test_job_frames_splice_the_payload_text(header, payload):
+    import json
+    frame = protocol.job_frame(header, json.dumps(payload))
+    [body] = protocol.FrameReader().feed(frame)
+    assert protocol.decode(body) == {"t": "job", **header, "payload": payload}
+
+
+def test_exit_descriptions():
+    assert describe_exit(0) == ("exited with code 0", False)
+    assert describe_exit(3) == ("exited with code 3", False)
+    assert describe_exit(-signal.SIGKILL) == ("killed by SIGKILL", True)
+    assert describe_exit(-signal.SIGSEGV) == ("killed by SIGSEGV", False)
+    assert describe_exit(-200) == ("killed by signal 200", False)
+
+
+class Loop(Service):
+    """A part that runs until stopped, or crashes when told to."""
+
+    name = "loop"
+
+    def __init__(self, crash: asyncio.Event | None = None) -> None:
+        super().__init__()
+        self.crash = crash or asyncio.Event()
+        self.finished = False
+
+    async def _run(self) -> None:
+        try:
+            await self.crash.wait()
+            raise RuntimeError("broken on purpose")
+        finally:
+            self.finished = True
+
+
+def test_stop_is_safe_before_start_and_twice_and_returns_once_stopped():
+    async def scenario():
+        before = Loop()
+        await before.stop()
+        await before.stop()
+        before.start()  # stopped before it started: it stays stopped
+        assert not before.running
+        part = Loop()
+        part.start()
+        await asyncio.sleep(0)  # let it begin (a scheduling step, not a wait on time)
+        assert part.running
+        await part.stop()
+        assert part.finished and not part.running
+        await part.stop()
+    asyncio.run(scenario())
+
+
+def test_a_crashing_service_is_reported(caplog):
+    async def scenario():
+        crashed = asyncio.Event()
+        seen = []
+        part = Loop()
+        part.on_crash = lambda service, exc: (seen.append((service.name, str(exc))), crashed.set())
+        part.start()
+        part.crash.set()
+        await asyncio.wait_for(crashed.wait(), 5)
+        await part.stop()
+        return seen
+    with caplog.at_level(logging.CRITICAL, logger="jobrun.master"):
+        assert asyncio.run(scenario()) == [("loop", "broken on purpose")]
+    [record] = [r for r in caplog.records if r.getMessage() == "service.crashed"]
+    assert record.jobrun_fields["service"] == "loop"
+
+
+def wired(**settings) -> Master:
+    """A master wired but not started: its parts exist, no process, no connection."""
+    master = Master(Settings(app="tests.apps.taskapp", concurrency=2, metrics_addr="off",
+                             **settings), "postgresql://unused")
+    master.loop = asyncio.get_running_loop()
+    master.done = asyncio.Event()
+    master.fast = asyncio.Event()
+    master._wire()
+    return master
+
+
+def test_health():
+    async def scenario():
+        m = wired(poll_interval=0.1)
+        assert m.health()["ok"] is False  # no child yet
+        m.last_db_ok -= 11
+        report = m.health()
+        assert report["database_ok"] is False and report["seconds_since_db"] >= 11
+        m.note_db_ok()
+        assert m.health()["database_ok"] is True
+        m.stopping = "drain"
+        assert m.health()["stopping"] is True and m.health()["ok"] is False
+    asyncio.run(scenario())
+
+
+def test_handle_signals_directly():
+    async def scenario():
+        m = wired()
+        m.dispatcher.closing = True  # no children are spawned by resizing in this test
+        m.handle_ttin()
+        assert m.dispatcher.target == 3
+        m.handle_ttou()
+        m.handle_ttou()
+        m.handle_ttou()
+        assert m.dispatcher.target == 1  # never below one
+        m.reload_settings = lambda: Settings(app="other", concurrency=4, queues=("a", "b"),
+                                             lease_ttl=9.0, poll_interval=0.5, metrics_addr="off")
+        m.handle_hup()
+        assert m.settings.app == "tests.apps.taskapp"  # the app stays
+        assert m.dispatcher.target == 4 and m.dispatcher.generation == 1
+        assert m.claimer.settings.queues == ("a", "b") and m.claimer.settings.poll_interval == 0.5
+        assert m.notifier.queues == {"a", "b"}
+        assert m.heartbeater.ttl == 9.0 and m.heartbeater.period == 3.0
+        assert m.reaper.interval == 3.0
+        assert m.supervisor.alive_interval == 1.0
+        m.reload_settings = lambda: (_ for _ in ()).throw(ValueError("bad file"))
+        m.handle_hup()  # a bad config keeps the running settings
+        assert m.dispatcher.target == 4
+        m.handle_term()
+        assert m.stopping == "drain"
+        m.handle_quit()
+        assert m.stopping == "fast" and m.fast.is_set()
+        await asyncio.wait_for(m.done.wait(), 30)  # the teardown ran to its end
+        assert m.exit_code == 0
+    asyncio.run(scenario())
