@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any, Iterable, Sequence
 
 import psycopg
-from psycopg.rows import dict_row
 
 from jobrun import config
 from jobrun.store import db
+from jobrun.store.driver import drive, drive_async
 from jobrun import ops
 from jobrun.records import JobSpec
 from jobrun.sql import for_schema
@@ -121,17 +121,7 @@ class Client(_Api):
         return self._conn
 
     def _drive(self, op: ops.Op, conn: psycopg.Connection) -> Any:
-        try:
-            step = next(op)
-            while True:
-                with conn.cursor(row_factory=dict_row) as cur:
-                    cur.execute(step.query, step.params)
-                    result = cur.fetchall() if step.returns_rows else cur.rowcount
-                step = op.send(result)
-        except StopIteration as stop:
-            return stop.value
-        except psycopg.Error as exc:
-            raise db.translate(exc, self._dsn, self.settings.schema) from None
+        return drive(op, conn, dsn=self._dsn, schema=self.settings.schema)
 
     def _run(self, op: ops.Op, conn: Any = None) -> Any:
         if conn is not None:
@@ -160,17 +150,7 @@ class AsyncClient(_Api):
         self._lock: Any = None
 
     async def _drive(self, op: ops.Op, conn: psycopg.AsyncConnection) -> Any:
-        try:
-            step = next(op)
-            while True:
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(step.query, step.params)
-                    result = await cur.fetchall() if step.returns_rows else cur.rowcount
-                step = op.send(result)
-        except StopIteration as stop:
-            return stop.value
-        except psycopg.Error as exc:
-            raise db.translate(exc, self._dsn, self.settings.schema) from None
+        return await drive_async(op, conn, dsn=self._dsn, schema=self.settings.schema)
 
     async def _run_own(self, op: ops.Op) -> Any:
         import asyncio

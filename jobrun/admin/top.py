@@ -215,8 +215,7 @@ class Source:
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
-            if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = db.connect(self.dsn)
+            self._conn = db.reconnect(self._conn, self.dsn)
             return fn(self._conn, self.q, *args)
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):

@@ -73,10 +73,17 @@ def migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
+def channel(schema: str) -> str:
+    """The notification channel of a schema's "jobs ready" announcements."""
+    return f"{schema}_ready"
+
+
 def render(text: str, schema: str) -> str:
-    """Insert the (validated, quoted) schema name into a query or migration."""
+    """Insert the (validated, quoted) schema name, and its channel name, into a query or
+    migration."""
     validate.schema_name(schema)
-    return sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(None)
+    return sql.SQL(text).format(schema=sql.Identifier(schema),
+                                channel=sql.Identifier(channel(schema))).as_string(None)
 
 
 class Queries:
@@ -84,7 +91,7 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         self.schema = validate.schema_name(schema)
-        self.channel = f"{schema}_ready"
+        self.channel = channel(schema)
         self._texts = {name: render(q.text, schema) for name, q in raw_queries().items()}
 
     def __getattr__(self, name: str) -> str:

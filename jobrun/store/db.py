@@ -63,3 +63,19 @@ async def connect_async(dsn: str, *, autocommit: bool = True, **kwargs) -> psyco
         return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, row_factory=dict_row, **kwargs)
     except psycopg.Error as exc:
         raise translate(exc, dsn) from None
+
+
+def usable(conn: psycopg.Connection | psycopg.AsyncConnection | None) -> bool:
+    """Whether a connection may still be used (open and not broken)."""
+    return conn is not None and not conn.closed and not conn.broken
+
+
+def reconnect(conn: psycopg.Connection | None, dsn: str, **kwargs) -> psycopg.Connection:
+    """``conn`` if it is usable, else a new connection (kwargs go to connect)."""
+    return conn if usable(conn) else connect(dsn, **kwargs)  # type: ignore[return-value]
+
+
+async def reconnect_async(conn: psycopg.AsyncConnection | None, dsn: str,
+                          **kwargs) -> psycopg.AsyncConnection:
+    """``conn`` if it is usable, else a new connection (kwargs go to connect_async)."""
+    return conn if usable(conn) else await connect_async(dsn, **kwargs)  # type: ignore[return-value]

@@ -8,23 +8,19 @@ keyed on the schema, re-reads the applied versions under it, and records its ver
 from __future__ import annotations
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import tuple_row
 
 from jobrun import validate
-from jobrun.sql import migrations, render
-
-_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('jobrun.migrate:' || %s, 0))"
+from jobrun.sql import for_schema, migrations, render
 
 
 def _applied(conn: psycopg.Connection, schema: str) -> set[int]:
+    q = for_schema(schema)
     cur = conn.cursor(row_factory=tuple_row)
-    regclass = cur.execute("SELECT to_regclass(%s) IS NOT NULL",
-                           [f'"{schema}".schema_migrations']).fetchone()
-    if not regclass or not regclass[0]:
+    present = cur.execute(q.migrate_ledger_exists, {"schema": schema}).fetchone()
+    if not present or not present[0]:
         return set()
-    table = sql.Identifier(schema, "schema_migrations")
-    return {row[0] for row in cur.execute(sql.SQL("SELECT version FROM {}").format(table))}
+    return {row[0] for row in cur.execute(q.migrate_applied)}
 
 
 def status(conn: psycopg.Connection, schema: str) -> tuple[set[int], int]:
@@ -39,27 +35,18 @@ def migrate(conn: psycopg.Connection, schema: str, target: int | None = None) ->
     ``conn`` must be in autocommit mode (each step is its own transaction).
     """
     validate.schema_name(schema)
+    q = for_schema(schema)
     done: list[int] = []
     for mig in migrations():
         if target is not None and mig.version > target:
             break
         with conn.transaction():
-            conn.execute(_LOCK_SQL, [schema])
-            ident = sql.Identifier(schema)
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
-                    " version integer PRIMARY KEY, name text NOT NULL,"
-                    " applied_at timestamptz NOT NULL DEFAULT now())"
-                ).format(ident)
-            )
+            conn.execute(q.migrate_lock, {"schema": schema})
+            conn.execute(q.migrate_create_schema)
+            conn.execute(q.migrate_create_ledger)
             if mig.version in _applied(conn, schema):
                 continue
             conn.execute(render(mig.text, schema))
-            conn.execute(
-                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(ident),
-                [mig.version, mig.name],
-            )
+            conn.execute(q.migrate_record, {"version": mig.version, "name": mig.name})
             done.append(mig.version)
     return done

@@ -15,8 +15,6 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-import psycopg
-
 from jobrun.logs import event
 from jobrun.store import db
 
@@ -92,14 +90,6 @@ async def backoff_sleep(attempt: int, base: float = 0.1, cap: float = 5.0) -> No
     await asyncio.sleep(min(cap, base * (2 ** min(attempt, 10))))
 
 
-def usable(conn: psycopg.Connection | psycopg.AsyncConnection | None) -> bool:
-    """Whether a connection may still be used (open and not broken)."""
-    return conn is not None and not conn.closed and not conn.broken
-
-
-async def reconnect_if_broken(conn: psycopg.AsyncConnection | None, dsn: str,
-                              **kwargs: Any) -> psycopg.AsyncConnection:
-    """``conn`` if it is usable, else a new connection (kwargs go to connect)."""
-    if usable(conn):
-        return conn  # type: ignore[return-value]
-    return await db.connect_async(dsn, **kwargs)
+# The reconnect idiom, shared with the clients (store.db).
+usable = db.usable
+reconnect_if_broken = db.reconnect_async

@@ -119,7 +119,7 @@ class Master:
                                      fatal=self._fatal)
         self.claimer = Claimer(self.dsn, self.q, self.owner, s, self.dispatcher, m,
                                on_db_ok=self.note_db_ok)
-        self.notifier = Notifier(self.dsn, self.q.channel, set(s.queues), self.claimer.wake_for_jobs,
+        self.notifier = Notifier(self.dsn, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
         self.reaper = Reaper(self.dsn, self.q, interval=reap_interval(s.lease_ttl),
                              retention=s.retention, on_reaped=m.expired.inc,

@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from psycopg import sql
-
 from jobrun.store import db
 from jobrun.worker.lifecycle import Service, backoff_sleep
 from jobrun.logs import event
@@ -22,11 +20,11 @@ log = logging.getLogger("jobrun.notifier")
 class Notifier(Service):
     name = "notifier"
 
-    def __init__(self, dsn: str, channel: str, queues: set[str], wake: Callable[[], None],
+    def __init__(self, dsn: str, listen: str, queues: set[str], wake: Callable[[], None],
                  on_db_error: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.dsn = dsn
-        self.channel = channel
+        self.listen = listen  # the LISTEN statement (query listen_ready)
         self.queues = queues
         self.wake = wake
         self.on_db_error = on_db_error
@@ -41,7 +39,7 @@ class Notifier(Service):
             conn = None
             try:
                 conn = await db.connect_async(self.dsn)
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                await conn.execute(self.listen)
                 if failures:
                     event(log, logging.INFO, "listen.reconnected", after_failures=failures)
                 failures = 0

@@ -16,6 +16,7 @@ from typing import Callable
 import psycopg
 
 from jobrun.store import db
+from jobrun.store.driver import drive_async
 from jobrun import ops
 from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
 from jobrun.logs import event
@@ -90,15 +91,7 @@ class Reaper(Service):
         return total
 
     async def purge(self, conn: psycopg.AsyncConnection) -> int:
-        op = ops.purge(self.q, self.retention, batch=self.batch)
-        total = 0
-        try:
-            step = next(op)
-            while True:
-                cur = await conn.execute(step.query, step.params)
-                step = op.send(cur.rowcount)
-        except StopIteration as stop:
-            total = stop.value
+        total = await drive_async(ops.purge(self.q, self.retention, batch=self.batch), conn)
         if total:
             event(log, logging.INFO, "retention.purged", jobs=total)
         self.purged += total
