@@ -14,10 +14,13 @@ leaves no process behind.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -152,3 +155,19 @@ class MasterProcess:
             return len(found) == n
         wait_for(exactly, timeout=timeout, message=f"{n} children")
         return found
+
+
+def metrics_url(master: MasterProcess) -> str:
+    """The base URL of a master's metrics server (started with --metrics-addr HOST:0)."""
+    found = wait_for(lambda: re.search(r"metrics\.listening addr=([\d.]+:\d+)", master.stderr()),
+                     timeout=15, message="metrics.listening")
+    return f"http://{found.group(1)}"
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET, error statuses included."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()

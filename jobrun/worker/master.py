@@ -65,7 +65,6 @@ class Master:
         self.stopping: str | None = None  # None | "drain" | "fast"
         self.exit_code = EXIT_OK
         self.metrics = Metrics()
-        self.started_at = time.time()
         self.last_db_ok = time.monotonic()
         self.services: list[Service] = []  # in start order
 
@@ -81,10 +80,9 @@ class Master:
         except JobrunError as exc:
             event(log, logging.CRITICAL, "master.start_failed", error=str(exc))
             return EXIT_FATAL
-        for sig, handler in ((signal.SIGTERM, self.handle_term), (signal.SIGINT, self.handle_int),
-                             (signal.SIGQUIT, self.handle_quit), (signal.SIGHUP, self.handle_hup),
-                             (signal.SIGTTIN, self.handle_ttin), (signal.SIGTTOU, self.handle_ttou)):
-            self.loop.add_signal_handler(sig, handler)
+        for name in ("term", "int", "quit", "hup", "ttin", "ttou"):
+            self.loop.add_signal_handler(getattr(signal, "SIG" + name.upper()),
+                                         getattr(self, "handle_" + name))
         booting = [s for s in (self.http, self.dispatcher) if s is not None]
         serving = [self.completer, self.notifier, self.reaper, self.registry, self.heartbeater,
                    self.ticker, self.claimer]
@@ -108,14 +106,16 @@ class Master:
             self.loop, app=s.app or "", max_tasks=s.max_tasks_per_child,
             max_memory_bytes=s.max_memory_per_child * 1024 * 1024,
             soft_time_limit=s.soft_time_limit, alive_interval=alive_interval(s.lease_ttl),
-            env=self._child_env(), on_frame=self._on_frame, on_exit=self._on_exit)
+            env=self._child_env(),  # the supervisor reports to the dispatcher, made next
+            on_frame=lambda child, frame: self.dispatcher.on_frame(child, frame),
+            on_exit=lambda child, status: self.dispatcher.on_exit(child, status))
         self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
                                    on_refused=lambda items: m.refused.inc(len(items)),
                                    on_db_error=m.db_errors.labels("complete").inc,
                                    linger=COMPLETE_LINGER, on_db_ok=self.note_db_ok)
         self.ticker = Ticker(s.lease_ttl, self._render_title)
         self.dispatcher = Dispatcher(self.supervisor, s, m, submit=self.completer.submit,
-                                     give_back=self._give_back, changed=self._changed,
+                                     give_back=lambda rows: self.claimer.give_back(rows), changed=self._changed,
                                      fatal=self._fatal)
         self.claimer = Claimer(self.dsn, self.q, self.owner, s, self.dispatcher, m,
                                on_db_ok=self.note_db_ok)
@@ -147,16 +147,6 @@ class Master:
         env["JOBRUN_DATABASE_URL"] = self.dsn  # for transactional handlers; never in argv
         env["JOBRUN_SCHEMA"] = self.settings.schema
         return env
-
-    # The supervisor reports to the dispatcher; these indirections let a test swap neither.
-    def _on_frame(self, child, frame) -> None:
-        self.dispatcher.on_frame(child, frame)
-
-    def _on_exit(self, child, status: int) -> None:
-        self.dispatcher.on_exit(child, status)
-
-    def _give_back(self, rows: list[dict]) -> None:
-        self.claimer.give_back(rows)
 
     def _changed(self) -> None:
         self.ticker.mark_changed()
@@ -256,17 +246,16 @@ class Master:
 
     def handle_ttin(self) -> None:
         """One child more."""
-        if self.stopping:
-            return
-        self._resize(self.dispatcher.target + 1)
+        self._resize(+1)
 
     def handle_ttou(self) -> None:
         """One child fewer (an idle one if there is one), never below one."""
-        if self.stopping or self.dispatcher.target <= 1:
-            return
-        self._resize(self.dispatcher.target - 1)
+        self._resize(-1)
 
-    def _resize(self, target: int) -> None:
+    def _resize(self, step: int) -> None:
+        target = self.dispatcher.target + step
+        if self.stopping or target < 1:
+            return
         event(log, logging.INFO, "master.resize", concurrency=target)
         self.dispatcher.resize(target)
         self.ticker.mark_changed()

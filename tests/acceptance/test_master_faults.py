@@ -9,25 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 from jobrun.testing import wait_for
 
-from tests.masterproc import APP, ROOT, MasterProcess
-
-
-def metrics_url(m: MasterProcess) -> str:
-    found = wait_for(lambda: re.search(r"metrics\.listening addr=([\d.]+:\d+)", m.stderr()),
-                     timeout=15, message="metrics.listening")
-    return f"http://{found.group(1)}"
-
-
-def fetch(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+from tests.masterproc import APP, ROOT, metrics_url
+from tests.masterproc import http_get as fetch
 
 
 def sample(text: str, name: str) -> float:

@@ -4,12 +4,9 @@ per-attempt logs, structured logs and W3C trace context."""
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import psycopg
 import pytest
@@ -18,23 +15,10 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from jobrun.testing import wait_for
-from tests.masterproc import ROOT, MasterProcess
+from tests.masterproc import ROOT, MasterProcess, metrics_url
+from tests.masterproc import http_get as get
 
 APP = "tests.apps.obsapp"
-
-
-def metrics_url(master: MasterProcess) -> str:
-    found = wait_for(lambda: re.search(r"metrics\.listening addr=([\d.]+:\d+)", master.stderr()),
-                     timeout=15, message="metrics.listening")
-    return f"http://{found.group(1)}"
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
