@@ -34,6 +34,13 @@ def test_a_ready_child_exiting_with_code_3_is_a_crash_not_a_boot_error(master, c
     assert "app.load_failed" not in m.stderr()
     m.signal(signal.SIGTERM)
     assert m.wait(20) == 0
+    err = m.stderr()
+    stages = [err.index(f"teardown {n}/6: ") for n in range(1, 7)]
+    assert stages == sorted(stages)  # each stage logged, in order
+    last = err.strip().splitlines()[-1]
+    assert "master.stopped" in last
+    for count in ("claimed=2", "succeeded=1", "failed=1", "released=0"):
+        assert count in last, last
 
 
 def test_hup_with_code_that_fails_to_import_keeps_the_old_generation(master, client, db,
