@@ -57,7 +57,13 @@ class Claimer(Service):
         self._unclaims: set[asyncio.Task] = set()
 
     async def connect(self) -> None:
+        """Open the claim connection, and warn if this host's clock is off the database's."""
         self.conn = await db.connect_async(self.dsn, prepare_threshold=0)
+        cur = await self.conn.execute(self.q.db_now)
+        skew = time.time() - (await cur.fetchone())["clock"].timestamp()
+        if abs(skew) > 2.0:
+            event(log, logging.WARNING, "clock.skew", seconds=round(skew, 3),
+                  note="the database clock decides persisted times; check NTP on this host")
 
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings  # queues, poll interval, TTL, prefetch: read at every claim

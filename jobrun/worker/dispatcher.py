@@ -27,7 +27,7 @@ from jobrun.policy import (
     max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
 )
 from jobrun.worker.completer import Completion
-from jobrun.worker.exits import describe_exit
+from jobrun.worker.exits import EXIT_BOOT_ERROR, describe_exit
 from jobrun.worker.heartbeat import Lease
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import Metrics
@@ -330,7 +330,7 @@ class Dispatcher(Service):
             if verdict is BootFailure.STOP:
                 event(log, logging.CRITICAL, "app.load_failed", app=self.settings.app,
                       note="the app could not be imported (see the traceback above); stopping")
-                self.fatal(protocol.EXIT_BOOT_ERROR, "app.load_failed")
+                self.fatal(EXIT_BOOT_ERROR, "app.load_failed")
                 return
             if verdict is BootFailure.RELOAD_FAILED:
                 self._abandon(child, what)

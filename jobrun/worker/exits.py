@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import signal
 
+from jobrun import protocol
+
 EXIT_OK = 0
 EXIT_FATAL = 1  # a part crashed, or children keep dying before they are ready
-EXIT_BOOT_ERROR = 3  # the app cannot be imported: a supervisor must not restart in a loop
+# The app cannot be imported (a child's exit code, passed on): a supervisor such as systemd
+# must not restart the master in a loop.
+EXIT_BOOT_ERROR = protocol.EXIT_BOOT_ERROR
 
 
 def describe_exit(status: int) -> tuple[str, bool]:

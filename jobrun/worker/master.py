@@ -4,14 +4,12 @@
     notifier ─wake─> claimer ─job frames─> children ─result frames─> dispatcher ─> completer
                         ^                      ^   \\                    |
                         └──── idle child ──────┘    └─ exits (pidfd) ───┘
-    heartbeater thread: extends leases, fences lost or overdue ones
-    reaper: requeues expired leases of any master, purges old finished jobs
-    registry: this master's row in `workers`, the queue-depth cache;  http: /metrics, /healthz
 
-One event loop (uvloop) in the main thread runs everything except the heartbeater. Signal
-handlers (``loop.add_signal_handler``, already a self-pipe) only call ``handle_<signal>``,
-each a small method a test can call directly. Every part is a lifecycle.Service: started in
-order, stopped in reverse (worker/teardown.py); one that crashes stops the master (exit 1).
+One event loop (uvloop) in the main thread runs every part but the heartbeater thread (see
+docs/architecture.md). Signal handlers (``loop.add_signal_handler``, already a self-pipe) only
+call ``handle_<signal>``, small methods a test can call directly. Every part is a
+lifecycle.Service, started in order and stopped in reverse (worker/teardown.py); one that
+crashes stops the master (exit 1).
 """
 
 from __future__ import annotations
@@ -84,8 +82,8 @@ class Master:
             self.loop.add_signal_handler(getattr(signal, "SIG" + name.upper()),
                                          getattr(self, "handle_" + name))
         booting = [s for s in (self.http, self.dispatcher) if s is not None]
-        serving = [self.completer, self.notifier, self.reaper, self.registry, self.heartbeater,
-                   self.ticker, self.claimer]
+        serving = [self.completer, self.notifier, self.reaper, self.registry, self.ticker,
+                   self.heartbeater, self.claimer]
         for service in booting:
             self._start(service)
         await asyncio.wait([asyncio.ensure_future(self.dispatcher.booted.wait()),
