@@ -35,6 +35,7 @@ from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
 from jobrun.worker.notifier import Notifier
 from jobrun.policy import DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, RetryPolicy, decide, run_time_average
 from jobrun.worker.reaper import Reaper
+from jobrun.worker.scheduler import Scheduler  # schedules
 from jobrun.worker.registry import Registry
 from jobrun.sql import for_schema
 from jobrun.worker.supervisor import Child, Inflight, Supervisor
@@ -138,6 +139,12 @@ class Master(SignalsAndShutdown):
                                        leases=self.leases, loop_alive=self.loop_alive,
                                        on_fence=self.on_fence_threadsafe,
                                        on_db_error=m.db_errors.labels("heartbeat").inc)
+        # schedules: the cron leader (jobrun/worker/scheduler.py)
+        self.scheduler = Scheduler(
+            self.dsn, self.q, self.owner, ttl=s.schedule_lease_ttl,
+            payload_limit=s.max_payload_bytes, metrics=m,
+            declared=lambda: [p for t in self.tasks.values() for p in t.get("periodic", ())],
+            on_db_error=m.db_errors.labels("scheduler").inc)
         self.registry = Registry(self.dsn, self.q, row=self.registry_row, on_depth=m.set_depth,
                                  on_error=m.db_errors.labels("registry").inc)
         self.http = None
@@ -158,6 +165,7 @@ class Master(SignalsAndShutdown):
             self.completer.start()
             self.notifier.start()
             self.reaper.start()
+            self.scheduler.start()  # schedules
             self.registry.start()
             self.heartbeater.start()
             self._ticker = self.loop.create_task(self._tick())

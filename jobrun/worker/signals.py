@@ -103,6 +103,7 @@ class SignalsAndShutdown:
             await asyncio.wait([claimer], timeout=5.0)
             claimer.cancel()
         await self.notifier.stop()
+        await self.scheduler.stop()  # schedules: gives the leader lease up at once
         if self.stopping == "drain" and self.busy():
             waiter = self.loop.create_task(self._wait_idle())
             fast = self.loop.create_task(self._fast.wait())
