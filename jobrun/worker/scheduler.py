@@ -251,7 +251,8 @@ class Scheduler(Service):
             self.metrics.schedule_catch_up.inc(len(late))
             for slot in d.fire:
                 self.metrics.schedule_lag.observe(max(0.0, (result["db_now"] - slot).total_seconds()))
-        event(log, logging.INFO if not (late or d.skipped) else logging.WARNING, "schedule.fired",
+        # On time: debug (a seconds schedule would log every second); catch-up or skips: warning.
+        event(log, logging.DEBUG if not (late or d.skipped) else logging.WARNING, "schedule.fired",
               schedule=row["name"], slots=len(d.fire), jobs=made, skipped=d.skipped,
               catch_up=len(late), next=d.next_at.isoformat() if d.next_at else "expired")
         return d.next_at
