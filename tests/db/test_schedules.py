@@ -187,10 +187,10 @@ def test_cli_next_is_a_dry_run(db_env):
 
 # --- the leader's fire path ----------------------------------------------------------------
 
-def one_pass(pg_dsn, schema, owner="m1", ttl=30.0):
+def one_pass(pg_dsn, schema, owner="m1", ttl=30.0, metrics=None):
     """One scheduler pass (elect, sync, fire what is due) on a fresh connection."""
     async def go():
-        s = Scheduler(pg_dsn, for_schema(schema), owner, ttl=ttl)
+        s = Scheduler(pg_dsn, for_schema(schema), owner, ttl=ttl, metrics=metrics)
         from jobrun.store import db
         s._conn = await db.connect_async(pg_dsn)
         try:
@@ -291,3 +291,32 @@ def test_leadership_is_exclusive_until_the_lease_expires(client, pg_dsn, schema,
     term = admin_conn.execute(sql.SQL("SELECT owner, term FROM {}.scheduler_leader")
                               .format(sql.Identifier(schema))).fetchone()
     assert term == ("b", 2)
+
+
+def test_top_shows_schedules_with_last_and_next_fire(client, pg_dsn, schema, admin_conn, db_env):
+    client.schedules.create("m", "* * * * *", "t.run")
+    client.schedules.create("later", "@yearly", "t.run")
+    outage(admin_conn, schema, "m", 1)
+    one_pass(pg_dsn, schema)
+    r = cli(db_env, "top", "--once")
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.strip().startswith(("m ", "later "))]
+    assert len(lines) == 2 and " ago" in lines[0] and " in " in lines[0], r.stdout
+    assert "-" in lines[1].split()[-3:]
+
+
+def test_metrics_count_fires_catch_up_skips_and_leader_changes(client, pg_dsn, schema, admin_conn):
+    from jobrun.worker.metrics import Metrics
+
+    m = Metrics()
+    client.schedules.create("all", "* * * * *", "t.run", catch_up="all")
+    client.schedules.create("latest", "* * * * *", "t.run")
+    outage(admin_conn, schema, "all", 3)
+    outage(admin_conn, schema, "latest", 3)
+    one_pass(pg_dsn, schema, metrics=m)
+    value = lambda name: m.registry.get_sample_value(name)  # noqa: E731
+    assert value("jobrun_scheduler_leader_changes_total") == 1
+    assert value("jobrun_schedule_fires_total") == 5          # 4 slots + 1 (latest)
+    assert value("jobrun_schedule_skipped_total") == 3        # latest skipped 3 older slots
+    assert value("jobrun_schedule_catch_up_fires_total") >= 3  # slots older than ON_TIME
+    assert value("jobrun_schedule_fire_lag_seconds_count") == 5
