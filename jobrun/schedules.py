@@ -18,7 +18,7 @@ from jobrun import validate
 from jobrun.errors import Conflict, InvalidInput, NotFound, Refused
 from jobrun.ops import Op, Step, _undeclared
 from jobrun.policy import cron
-from jobrun.records import JobRecord
+from jobrun.records import JobRecord, _from_row
 from jobrun.sql import Queries
 
 # The fields that define when a schedule fires: changing one recomputes its next slot.
@@ -58,8 +58,7 @@ class ScheduleRecord:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "ScheduleRecord":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in row.items() if k in names})
+        return _from_row(cls, row)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "status": self.status}

@@ -51,79 +51,65 @@ def assert_contiguous(found: list[datetime]) -> None:
     assert len(found) == span + 1
 
 
-def start_two(env, tmp_path):
-    a = MasterProcess(env, tmp_path, "-c", "1").start()
-    b = MasterProcess(env, tmp_path, "-c", "1").start()
-    a.wait_ready(timeout=40)
-    b.wait_ready(timeout=40)
-    leader = wait_for(lambda: (a if leads(a) else b if leads(b) else None), timeout=10,
-                      message="a leader")
-    return leader, (b if leader is a else a)
-
-
-def test_two_masters_fire_every_slot_once_and_a_killed_leader_is_replaced(client, env, tmp_path):
+@pytest.fixture
+def two_masters(client, env, tmp_path):
+    """A seconds schedule (catch-up all) and two masters; yields (leader, follower)."""
     client.schedules.create("tick", "* * * * * *", "noop", catch_up="all")
-    a = b = None
-    try:
-        leader, other = start_two(env, tmp_path)
-        a, b = leader, other
-        assert leads(other) == 0
-        steady_from = datetime.now(timezone.utc)
-        wait_for(lambda: len(slots(client)) >= 1 and
-                 slots(client)[-1] >= steady_from + timedelta(seconds=8),
-                 timeout=30, interval=0.1, message="8 s of slots")
-        assert leads(other) == 0  # one leader while both live
-        # Fire lag in steady state: job created_at (database clock) minus its slot.
-        jobs = client.schedules.jobs("tick", limit=10000)
-        lags = sorted((j.created_at - datetime.fromisoformat(
-            j.idempotency_key.split(":", 2)[2].replace("Z", "+00:00"))).total_seconds()
-            for j in jobs if j.created_at > steady_from + timedelta(seconds=1))
-        assert lags and lags[len(lags) // 2] < 0.1, lags
-        print(f"fire lag: p50 {lags[len(lags) // 2] * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms"
-              f" over {len(lags)} fires")
-
-        leader.proc.kill()
-        killed = time.monotonic()
-        wait_for(lambda: leads(other) >= 1, timeout=BOUND + 5, message="takeover")
-        took = time.monotonic() - killed
-        print(f"takeover after SIGKILL: {took:.2f} s (bound {TTL + TTL / 3:.1f} s)")
-        assert took <= BOUND
-        after = datetime.now(timezone.utc)
-        wait_for(lambda: slots(client)[-1] >= after + timedelta(seconds=2), timeout=15,
-                 interval=0.1, message="slots after the takeover")
-        assert_contiguous(slots(client))
-    finally:
-        for m in (a, b):
-            if m is not None:
-                m.kill_tree()
+    with MasterProcess(env, tmp_path, "-c", "1") as a, MasterProcess(env, tmp_path, "-c", "1") as b:
+        a.wait_ready(timeout=40)
+        b.wait_ready(timeout=40)
+        leader = wait_for(lambda: (a if leads(a) else b if leads(b) else None), timeout=10,
+                          message="a leader")
+        yield leader, (b if leader is a else a)
 
 
-def test_a_frozen_leader_is_replaced_and_steps_down_when_it_wakes(client, env, tmp_path):
-    client.schedules.create("tick", "* * * * * *", "noop", catch_up="all")
-    a = b = None
-    try:
-        leader, other = start_two(env, tmp_path)
-        a, b = leader, other
-        wait_for(lambda: fired_lines(leader) >= 2, timeout=15, message="the leader firing")
-        leader.signal(signal.SIGSTOP)
-        stopped = time.monotonic()
-        wait_for(lambda: leads(other) >= 1, timeout=BOUND + 5, message="takeover")
-        took = time.monotonic() - stopped
-        print(f"takeover after SIGSTOP: {took:.2f} s (bound {TTL + TTL / 3:.1f} s)")
-        assert took <= BOUND
-        wait_for(lambda: fired_lines(other) >= 2, timeout=10, message="the new leader firing")
-        before = fired_lines(leader)
-        leader.signal(signal.SIGCONT)
-        wait_for(lambda: "scheduler.step_down" in leader.stderr(), timeout=10,
-                 message="the woken leader to step down")
-        after = datetime.now(timezone.utc)
-        wait_for(lambda: slots(client)[-1] >= after + timedelta(seconds=2), timeout=15,
-                 interval=0.1, message="slots after the wake-up")
-        assert fired_lines(leader) == before  # it created nothing after it woke
-        assert "lease deadline passed" in leader.stderr() or \
-            "lease held by another master" in leader.stderr()
-        assert_contiguous(slots(client))
-    finally:
-        for m in (a, b):
-            if m is not None:
-                m.kill_tree()
+def test_two_masters_fire_every_slot_once_and_a_killed_leader_is_replaced(client, two_masters):
+    leader, other = two_masters
+    assert leads(other) == 0
+    steady_from = datetime.now(timezone.utc)
+    wait_for(lambda: len(slots(client)) >= 1 and
+             slots(client)[-1] >= steady_from + timedelta(seconds=8),
+             timeout=30, interval=0.1, message="8 s of slots")
+    assert leads(other) == 0  # one leader while both live
+    # Fire lag in steady state: job created_at (database clock) minus its slot.
+    jobs = client.schedules.jobs("tick", limit=10000)
+    lags = sorted((j.created_at - datetime.fromisoformat(
+        j.idempotency_key.split(":", 2)[2].replace("Z", "+00:00"))).total_seconds()
+        for j in jobs if j.created_at > steady_from + timedelta(seconds=1))
+    assert lags and lags[len(lags) // 2] < 0.1, lags
+    print(f"fire lag: p50 {lags[len(lags) // 2] * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms"
+          f" over {len(lags)} fires")
+
+    leader.proc.kill()
+    killed = time.monotonic()
+    wait_for(lambda: leads(other) >= 1, timeout=BOUND + 5, message="takeover")
+    took = time.monotonic() - killed
+    print(f"takeover after SIGKILL: {took:.2f} s (bound {TTL + TTL / 3:.1f} s)")
+    assert took <= BOUND
+    after = datetime.now(timezone.utc)
+    wait_for(lambda: slots(client)[-1] >= after + timedelta(seconds=2), timeout=15,
+             interval=0.1, message="slots after the takeover")
+    assert_contiguous(slots(client))
+
+
+def test_a_frozen_leader_is_replaced_and_steps_down_when_it_wakes(client, two_masters):
+    leader, other = two_masters
+    wait_for(lambda: fired_lines(leader) >= 2, timeout=15, message="the leader firing")
+    leader.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    wait_for(lambda: leads(other) >= 1, timeout=BOUND + 5, message="takeover")
+    took = time.monotonic() - stopped
+    print(f"takeover after SIGSTOP: {took:.2f} s (bound {TTL + TTL / 3:.1f} s)")
+    assert took <= BOUND
+    wait_for(lambda: fired_lines(other) >= 2, timeout=10, message="the new leader firing")
+    before = fired_lines(leader)
+    leader.signal(signal.SIGCONT)
+    wait_for(lambda: "scheduler.step_down" in leader.stderr(), timeout=10,
+             message="the woken leader to step down")
+    after = datetime.now(timezone.utc)
+    wait_for(lambda: slots(client)[-1] >= after + timedelta(seconds=2), timeout=15,
+             interval=0.1, message="slots after the wake-up")
+    assert fired_lines(leader) == before  # it created nothing after it woke
+    assert "lease deadline passed" in leader.stderr() or \
+        "lease held by another master" in leader.stderr()
+    assert_contiguous(slots(client))

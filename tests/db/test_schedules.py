@@ -224,9 +224,10 @@ def test_catch_up_after_an_outage_follows_the_policy(client, pg_dsn, schema, adm
                for j in jobs)
     after = client.schedules.get("m")
     assert after.next_fire_at > now - timedelta(seconds=1)
-    # A second pass fires nothing more: every slot up to now is decided.
+    # A second pass fires nothing already decided (only a slot that came due since, if any).
     one_pass(pg_dsn, schema)
-    assert len(client.schedules.jobs("m")) == len(jobs)
+    again = {j.idempotency_key for j in client.schedules.jobs("m")} - {j.idempotency_key for j in jobs}
+    assert all(k.endswith(after.next_fire_at.strftime("%Y-%m-%dT%H:%M:%SZ")) for k in again)
 
 
 def test_list_by_schedule_on_the_cli(client, pg_dsn, schema, admin_conn, db_env):
