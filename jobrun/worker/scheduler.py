@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 import psycopg
 
 from jobrun import schedules
-from jobrun.errors import JobrunError
+from jobrun.errors import Conflict, InvalidInput, JobrunError
 from jobrun.logs import event
 from jobrun.ops import Op
 from jobrun.policy import cron
@@ -200,6 +200,8 @@ class Scheduler(Service):
         try:
             changed = await drive(self._conn, schedules.sync_declared(self.q, self.payload_limit,
                                                                       declared))
+        except (Conflict, psycopg.errors.UniqueViolation):
+            return  # another master synced the same schedule meanwhile: again next pass
         except JobrunError as exc:
             # Invalid in code (say, an undeclared queue): reported, not retried in a loop.
             event(log, logging.ERROR, "schedule.declared_invalid", error=str(exc))
@@ -228,8 +230,13 @@ class Scheduler(Service):
         return earliest
 
     async def _fire(self, row: dict[str, Any], now: datetime) -> datetime | None:
-        d = cron.due(row["cron"], row["timezone"], row["next_fire_at"], now, row["catch_up"],
-                     row["ends_at"])
+        try:
+            d = cron.due(row["cron"], row["timezone"], row["next_fire_at"], now, row["catch_up"],
+                         row["ends_at"])
+        except InvalidInput as exc:
+            # Written past the checks (plain SQL): it cannot fire; it expires, with an error.
+            event(log, logging.ERROR, "schedule.invalid", schedule=row["name"], error=str(exc))
+            d = cron.Due([], 0, None)
         cur = await self._conn.execute(self.q.schedule_fire, {
             "owner": self.owner, "term": self.term, "id": row["id"], "version": row["version"],
             "expected": row["next_fire_at"], "next_fire_at": d.next_at,

@@ -80,6 +80,13 @@ def test_two_masters_fire_every_slot_once_and_a_killed_leader_is_replaced(client
     print(f"fire lag: p50 {lags[len(lags) // 2] * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms"
           f" over {len(lags)} fires")
 
+    # A schedule created while the masters run fires its first slot on time.
+    made = client.schedules.create("fresh", "*/2 * * * * *", "noop")
+    first = wait_for(lambda: client.schedules.jobs("fresh"), timeout=10, interval=0.05,
+                     message="the new schedule's first job")[-1]
+    assert first.idempotency_key.endswith(made.next_fire_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    assert (first.created_at - made.next_fire_at).total_seconds() < 0.3
+
     leader.proc.kill()
     killed = time.monotonic()
     wait_for(lambda: leads(other) >= 1, timeout=BOUND + 5, message="takeover")

@@ -321,3 +321,44 @@ def test_metrics_count_fires_catch_up_skips_and_leader_changes(client, pg_dsn, s
     assert value("jobrun_schedule_skipped_total") == 3        # latest skipped 3 older slots
     assert value("jobrun_schedule_catch_up_fires_total") >= 3  # slots older than ON_TIME
     assert value("jobrun_schedule_fire_lag_seconds_count") == 5
+
+
+def test_a_row_written_past_the_checks_expires_without_stopping_the_others(client, pg_dsn,
+                                                                            schema, admin_conn):
+    client.schedules.create("good", "* * * * *", "t.run")
+    admin_conn.execute(sql.SQL(
+        "INSERT INTO {}.schedules (name, cron, task, next_fire_at)"
+        " VALUES ('bad', '99 * * * *', 't.run', now() - interval '2 minutes')")
+        .format(sql.Identifier(schema)))
+    outage(admin_conn, schema, "good", 1)
+    assert one_pass(pg_dsn, schema)
+    assert client.schedules.get("bad").status == "expired"
+    assert len(client.schedules.jobs("good")) == 1
+
+
+def test_a_new_schedule_wakes_the_sleeping_leader(pg_dsn, schema):
+    """With a 30 s poll, only the NOTIFY of the change can make the first slot on time."""
+    async def until(predicate, timeout):
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not (value := await predicate()):
+            assert asyncio.get_running_loop().time() < deadline, "timed out"
+            await asyncio.sleep(0.02)
+        return value
+
+    async def go():
+        s = Scheduler(pg_dsn, for_schema(schema), "m", ttl=60.0, poll=30.0)
+        s.start()
+        try:
+            async with jobrun.AsyncClient(pg_dsn, schema=schema) as c:
+                async def leading():
+                    return s.leading
+                await until(leading, 10)  # then it sleeps ~20 s: nothing is scheduled
+                made = await c.schedules.create("fresh", "*/2 * * * * *", "t.run")
+                jobs = await until(lambda: c.schedules.jobs("fresh"), 10)
+                return made, jobs[-1]
+        finally:
+            await s.stop()
+
+    made, job = asyncio.run(go())
+    assert job.idempotency_key == f"sched:{made.id}:" + made.next_fire_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert (job.created_at - made.next_fire_at).total_seconds() < 0.3
