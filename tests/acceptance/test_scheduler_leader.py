@@ -120,3 +120,16 @@ def test_a_frozen_leader_is_replaced_and_steps_down_when_it_wakes(client, two_ma
     assert "lease deadline passed" in leader.stderr() or \
         "lease held by another master" in leader.stderr()
     assert_contiguous(slots(client))
+
+
+def test_a_master_syncs_schedules_declared_in_code_and_fires_them(client, env, tmp_path):
+    with MasterProcess(env, tmp_path, "-c", "1", app="tests.apps.periodicapp") as m:
+        m.wait_ready(timeout=40)
+        wait_for(lambda: any(s.name == "beat" for s in client.schedules.list()), timeout=10,
+                 interval=0.1, message="the declared schedule in the table")
+        job = wait_for(lambda: client.schedules.jobs("beat"), timeout=15, interval=0.1,
+                       message="a job of the declared schedule")[-1]
+    s = client.schedules.get("beat")
+    assert s.declared and (s.task, s.timezone, s.payload) == ("beat.run", "Europe/London",
+                                                              {"from": "code"})
+    assert job.schedule_id == s.id and job.task == "beat.run"
