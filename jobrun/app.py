@@ -50,6 +50,7 @@ class TaskDef:
     max_crashes: int = 3
     retry: RetryPolicy = DEFAULT_RETRY
     transactional: bool = False
+    periodic: list[dict[str, Any]] = field(default_factory=list)  # from @app.periodic
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +72,7 @@ class TaskDef:
             "max_crashes": self.max_crashes, "transactional": self.transactional,
             "max_attempts": self.max_attempts,
             "retry": [self.retry.base, self.retry.factor, self.retry.cap],
+            **({"periodic": self.periodic} if self.periodic else {}),
         }
 
 
@@ -112,6 +114,54 @@ class App:
             return definition
 
         return register
+
+    def periodic(self, cron_expr: str, *, tz: str = "UTC", name: str | None = None,
+                 payload: Any = None, queue: str | None = None, priority: int = 0,
+                 max_attempts: int | None = None, catch_up: str = "latest",
+                 starts_at: str | None = None, ends_at: str | None = None
+                 ) -> Callable[[TaskDef], TaskDef]:
+        """Run a task on a schedule, declared in code (above ``@app.task``)::
+
+            @app.periodic("*/5 * * * *", tz="Europe/London")
+            @app.task("report.build")
+            def build(job): ...
+
+        Masters add it to the schedules table when they start (name: the task's, unless
+        given), marked as declared in code. Checked here, at import time.
+        """
+        from jobrun.policy import cron
+        from jobrun.schedules import parse_time
+
+        cron.parse(cron_expr)
+        cron.zone(tz)
+        if catch_up not in cron.CATCH_UP:
+            raise ValueError(f"catch_up must be one of {', '.join(cron.CATCH_UP)}")
+        validate.payload(payload)  # JSON, within the default size limit
+        window = [parse_time(t, what) for t, what in ((starts_at, "starts_at"), (ends_at, "ends_at"))]
+
+        def register(task: TaskDef) -> TaskDef:
+            if not isinstance(task, TaskDef):
+                raise TypeError("@app.periodic goes above @app.task (it schedules a task)")
+            schedule_name = validate.schedule_name(name or task.name)
+            if any(s["name"] == schedule_name for t in self.tasks.values() for s in t.periodic):
+                raise ValueError(f"schedule {schedule_name!r} is declared twice")
+            task.periodic.append({
+                "name": schedule_name, "cron": cron_expr, "timezone": tz, "task": task.name,
+                "payload": payload,
+                "queue": validate.queue_name(queue or task.queue),
+                "priority": validate.priority(priority),
+                "max_attempts": validate.max_attempts(max_attempts or task.max_attempts),
+                "catch_up": catch_up,
+                "starts_at": window[0].isoformat() if window[0] else None,
+                "ends_at": window[1].isoformat() if window[1] else None,
+            })
+            return task
+
+        return register
+
+    def declared_schedules(self) -> list[dict[str, Any]]:
+        """Every schedule declared with @app.periodic (for ``client.schedules.sync_declared``)."""
+        return [s for t in self.tasks.values() for s in t.periodic]
 
     @property
     def client(self):

@@ -19,6 +19,7 @@ from jobrun.store import db
 from jobrun.store.driver import drive, drive_async
 from jobrun import ops
 from jobrun.records import JobSpec
+from jobrun.schedules import Schedules
 from jobrun.sql import for_schema
 
 
@@ -105,6 +106,10 @@ class _Api:
 
     def resume_queue(self, name: str, *, conn: Any = None):
         return self._run(ops.queue_set_paused(self.queries, name, False), conn)
+
+    @property
+    def schedules(self) -> Schedules:  # recurring schedules: jobrun/schedules.py
+        return Schedules(self)
 
 
 class Client(_Api):

@@ -47,6 +47,7 @@ class Settings:
     soft_time_limit: float = 0.0
     grace: float = 30.0
     lease_ttl: float = 30.0
+    schedule_lease_ttl: float = 10.0  # scheduler leader lease; takeover within ttl * 4/3
     retention: float = 7 * 86400.0
     metrics_addr: str = "127.0.0.1:9110"
     metrics_allow_remote: bool = False
@@ -58,7 +59,8 @@ class Settings:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
-_DURATIONS = {"poll_interval", "prefetch_max_runtime", "time_limit", "soft_time_limit", "grace", "lease_ttl", "retention"}
+_DURATIONS = {"poll_interval", "prefetch_max_runtime", "time_limit", "soft_time_limit", "grace", "lease_ttl", "retention",
+              "schedule_lease_ttl"}
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:

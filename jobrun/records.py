@@ -34,6 +34,7 @@ class JobRecord:
     traceparent: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    schedule_id: int | None = None  # the schedule that made the job
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "JobRecord":

@@ -181,3 +181,10 @@ def duration(text: Any) -> float:
     if not math.isfinite(value) or value < 0:
         raise InvalidInput(f"invalid duration {_show(text)}: must be a finite number >= 0")
     return value
+
+
+def schedule_name(name: Any) -> str:
+    """A schedule's name follows the task name rule (a declared schedule defaults to its task's)."""
+    if not isinstance(name, str) or not TASK_RE.fullmatch(name):
+        raise InvalidInput(f"invalid schedule name {_show(name)}: {TASK_RULE}")
+    return name

@@ -274,11 +274,17 @@ def list_(
     before: Annotated[Optional[int], typer.Option(
         metavar="ID", help="Only jobs with a smaller id (the next page).",
         show_default=False)] = None,
+    schedule: Annotated[Optional[str], typer.Option(
+        metavar="NAME", help="Only jobs made by this schedule.", show_default=False)] = None,
     dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
 ) -> None:
     """List jobs, newest first."""
     s = _session(ctx, dsn, schema, as_json)
-    jobs = s.client().list(status=status, queue=queue, task=task, limit=limit, before=before)
+    if schedule is not None and (queue or task):
+        raise InvalidInput("--schedule cannot be combined with --queue or --task")
+    jobs = (s.client().schedules.jobs(schedule, status=status, limit=limit, before=before)
+            if schedule is not None else
+            s.client().list(status=status, queue=queue, task=task, limit=limit, before=before))
     if s.as_json:
         _emit([j.to_dict() for j in jobs])
         return
@@ -448,6 +454,11 @@ def top_(ctx: typer.Context,
                   keys_fd=sys.stdin.fileno() if sys.stdin.isatty() else None)
 
 
+if __name__ != "__main__":  # run as a script, the module proper (below) registers them
+    from jobrun.admin.schedule_cli import schedule_app  # noqa: E402 - uses the helpers above
+    app.add_typer(schedule_app, name="schedule")
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split()) or "unknown error"
 
@@ -464,4 +475,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from jobrun.admin.cli import main as _main  # the module proper, with its sub-commands
+    _main()

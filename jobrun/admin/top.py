@@ -53,7 +53,8 @@ WAIT_SAMPLE = 2000
 FAIL_WINDOW = 300.0
 FAILURE_ROWS = 8
 SORTS = ("queue", "queued", "oldest", "done/s", "failures")
-_TEXT_COLUMNS = {"queue", "host", "queues", "version", "task", "outcome", "error", "master"}
+_TEXT_COLUMNS = {"queue", "host", "queues", "version", "task", "outcome", "error", "master",
+                 "schedule", "cron", "next fire"}
 
 
 # --- data ---------------------------------------------------------------------------------
@@ -121,6 +122,8 @@ class Snapshot:
     masters: list[Master]
     stale_masters: int
     failures: list[Failure]
+    # Recurring schedules (name, cron, timezone, task, queue, paused, last/next fire).
+    schedules: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def inflight(self) -> list[InFlight]:
@@ -189,7 +192,8 @@ def snapshot(conn: psycopg.Connection, q: Queries, failure_rows: int = FAILURE_R
         at = conn.execute(q.db_now).fetchone()["now"]
         masters, stale = workers(conn, q)
         return Snapshot(at=at, queues=queues(conn, q), masters=masters, stale_masters=stale,
-                        failures=latest_failures(conn, q, failure_rows))
+                        failures=latest_failures(conn, q, failure_rows),
+                        schedules=conn.execute(q.schedules_for_top, {"limit": 20}).fetchall())
 
 
 def attempt_logs(conn: psycopg.Connection, q: Queries, job_id: int,
@@ -309,6 +313,16 @@ def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
     ft.columns[5].overflow = "ellipsis"
     ft.columns[5].no_wrap = True
     parts += [Text(""), ft if snap.failures else Text("Latest failures: none", style="bold")]
+
+    if snap.schedules:  # recurring schedules, soonest first
+        st = _grid("Schedules", "schedule", "cron", "task", "last fire", "next fire")
+        for r in snap.schedules:
+            last, nxt = r["last_fire_at"], r["next_fire_at"]
+            st.add_row(r["name"], f"{r['cron']} {r['timezone']}", r["task"],
+                       duration((snap.at - last).total_seconds()) + " ago" if last else "-",
+                       "paused" if r["paused"] else "expired" if nxt is None
+                       else "in " + duration(max(0.0, (nxt - snap.at).total_seconds())))
+        parts += [Text(""), st]
 
     jobs = snap.inflight
     shown = jobs if max_inflight is None else jobs[:max(0, max_inflight)]

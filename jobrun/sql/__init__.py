@@ -79,11 +79,13 @@ def channel(schema: str) -> str:
 
 
 def render(text: str, schema: str) -> str:
-    """Insert the (validated, quoted) schema name, and its channel name, into a query or
-    migration."""
+    """Insert the (validated, quoted) schema name, and its channel names ({channel}: jobs
+    ready; {schedules_channel}: schedules changed), into a query or migration."""
     validate.schema_name(schema)
     return sql.SQL(text).format(schema=sql.Identifier(schema),
-                                channel=sql.Identifier(channel(schema))).as_string(None)
+                                channel=sql.Identifier(channel(schema)),
+                                schedules_channel=sql.Identifier(f"{schema}_schedules"),
+                                ).as_string(None)
 
 
 class Queries:

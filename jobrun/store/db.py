@@ -15,6 +15,9 @@ _CONSTRAINT_MESSAGES = {
     "max_attempts_range": "max_attempts out of range (1 to 1000)",
     "idempotency_key_valid": "invalid idempotency key (1 to 255 characters)",
     "concurrency_positive": "concurrency must be positive",
+    "schedule_name_valid": "invalid schedule name",
+    "catch_up_valid": "catch_up must be latest, all or none",
+    "window_ordered": "a schedule's window must end after it starts",
 }
 
 _SQLSTATE_ERRORS: dict[str, type[JobrunError]] = {

@@ -41,6 +41,7 @@ from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
 from jobrun.worker.notifier import Notifier
 from jobrun.worker.reaper import Reaper
+from jobrun.worker.scheduler import Scheduler
 from jobrun.worker.registry import Registry
 from jobrun.worker.supervisor import Supervisor
 from jobrun.worker.ticker import Ticker
@@ -82,8 +83,8 @@ class Master:
             self.loop.add_signal_handler(getattr(signal, "SIG" + name.upper()),
                                          getattr(self, "handle_" + name))
         booting = [s for s in (self.http, self.dispatcher) if s is not None]
-        serving = [self.completer, self.notifier, self.reaper, self.registry, self.ticker,
-                   self.heartbeater, self.claimer]
+        serving = [self.completer, self.notifier, self.reaper, self.scheduler, self.registry,
+                   self.ticker, self.heartbeater, self.claimer]
         for service in booting:
             self._start(service)
         await asyncio.wait([asyncio.ensure_future(self.dispatcher.booted.wait()),
@@ -128,6 +129,11 @@ class Master:
                                        on_fence=self.dispatcher.on_fence_threadsafe,
                                        on_db_error=m.db_errors.labels("heartbeat").inc,
                                        on_db_ok=self.note_db_ok)
+        self.scheduler = Scheduler(
+            self.dsn, self.q, self.owner, ttl=s.schedule_lease_ttl,
+            payload_limit=s.max_payload_bytes, metrics=m,
+            declared=lambda: [p for t in self.dispatcher.tasks.values() for p in t.get("periodic", ())],
+            on_db_error=m.db_errors.labels("scheduler").inc)
         self.registry = Registry(self.dsn, self.q, row=self.registry_row, on_depth=m.set_depth,
                                  on_error=m.db_errors.labels("registry").inc,
                                  on_db_ok=self.note_db_ok)

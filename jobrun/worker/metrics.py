@@ -66,6 +66,22 @@ class Metrics:
                                        "Reloads (SIGHUP) whose new children did not load", registry=r)
         self.generation = Gauge("jobrun_generation", "The generation of children serving jobs",
                                 registry=r)
+        # Recurring schedules (worker/scheduler.py); only the leading master's move.
+        self.schedule_fires = Counter("jobrun_schedule_fires", "Jobs enqueued by schedules",
+                                      registry=r)
+        self.schedule_skipped = Counter("jobrun_schedule_skipped",
+                                        "Schedule slots skipped (catch-up policy)", registry=r)
+        self.schedule_catch_up = Counter("jobrun_schedule_catch_up_fires",
+                                         "Jobs enqueued for slots missed during downtime",
+                                         registry=r)
+        self.scheduler_leader_changes = Counter(
+            "jobrun_scheduler_leader_changes", "Times this master became the scheduler leader",
+            registry=r)
+        self.scheduler_leading = Gauge("jobrun_scheduler_leader",
+                                       "1 while this master leads the scheduler", registry=r)
+        self.schedule_lag = Histogram("jobrun_schedule_fire_lag_seconds",
+                                      "From a schedule slot to its job's enqueue",
+                                      buckets=WAIT_BUCKETS, registry=r)
         self.build = Gauge("jobrun_build_info", "jobrun build", ["version", "python"], registry=r)
         self.build.labels(__version__, platform.python_version()).set(1)
 
