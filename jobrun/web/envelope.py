@@ -162,6 +162,9 @@ def install(app: FastAPI) -> None:
         return _http(exc)
 
     async def on_other(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, RecursionError):  # JSON the parser took, too deep to check or store
+            return error_response("validation_failed", "the request body is nested too deeply",
+                                  {"body": "nested too deeply"})
         log.error("web.internal_error %s %s", request.method, request.url.path, exc_info=exc)
         return error_response("internal_error", "internal error")
 

@@ -11,7 +11,7 @@ In order, for every HTTP request:
    other than the server's own or one of ``--allow-origin`` gets a 403. Browsers always send
    Origin on cross-site writes; tools such as curl send none and are not affected.
 4. **Size.** A body over the route's limit gets a 413 before any of it is parsed: the
-   Content-Length is checked first, and a chunked body is read no further than the limit.
+   nothing past the limit is kept, and nothing over DRAIN_MAX is read at all.
 5. **JSON.** A body that is not JSON (whatever its Content-Type claims), or is nested past
    what the parser can hold, gets a 400; what passes reaches the app as application/json.
 
@@ -30,6 +30,10 @@ from jobrun.web.envelope import error_response
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 HEALTHZ = "/api/v1/healthz"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+# A body over its limit but under this is read and dropped before the 413, so that clients
+# which send the whole body before reading (most do) see the answer; a larger one is answered
+# at once and the connection closed.
+DRAIN_MAX = 16 * 1024 * 1024
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -102,7 +106,7 @@ class Guard:
         limit = self.policy.path_limits.get(scope["path"], self.policy.body_limit)
         too_large = error_response("payload_too_large", f"the request body is over {limit} bytes")
         length = _header(scope, b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
+        if length is not None and (not length.isdigit() or int(length) > DRAIN_MAX):
             return receive, too_large
         chunks, size = [], 0
         while True:
@@ -111,11 +115,14 @@ class Guard:
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit:
+            if size > DRAIN_MAX:
                 return receive, too_large
-            chunks.append(chunk)
+            if size <= limit:
+                chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        if size > limit:
+            return receive, too_large
         body = b"".join(chunks)
         if body:
             try:
