@@ -1,4 +1,4 @@
--- 0006 job version: a counter on every job row for optimistic concurrency (a "version" in an
+-- 0004 job version: a counter on every job row for optimistic concurrency (a "version" in an
 -- HTTP API body or If-Match, the CLI's --if-version, the Client's if_version=), the tasks a
 -- master serves in its registry row, and indexes for listing jobs by task or queue.
 
