@@ -35,6 +35,7 @@ class JobRecord:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     schedule_id: int | None = None  # the schedule that made the job
+    version: int = 0  # bumped by every change of the row (optimistic concurrency)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "JobRecord":

@@ -177,7 +177,8 @@ class Master:
         inflight = self.dispatcher.inflight()
         return {"owner": self.owner, "host": self.host, "pid": self.pid, "app": self.settings.app,
                 "queues": list(self.settings.queues), "concurrency": self.dispatcher.target,
-                "busy": len(inflight), "version": __version__, "inflight": inflight}
+                "busy": len(inflight), "version": __version__, "inflight": inflight,
+                "tasks": sorted(self.dispatcher.tasks)}
 
     def health(self) -> dict[str, Any]:
         """Event loop alive (it is answering), database reached recently, children up."""

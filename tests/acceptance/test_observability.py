@@ -83,6 +83,7 @@ def test_metrics_health_and_registry(db_env, tmp_path, client, conn, schema):
             sql.Identifier(schema, "workers")), [m.pid]).fetchone(), timeout=10, message="registry row")
         assert row["concurrency"] == 2 and row["queues"] == ["default"] and row["app"] == APP
         assert row["owner"].startswith(f"{socket.gethostname()}:{m.pid}:")
+        assert {"noop", "boom", "chatty"} <= set(row["tasks"])  # what the app declares
 
         m.signal(15)
         assert m.wait() == 0
