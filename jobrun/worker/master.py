@@ -39,6 +39,7 @@ from jobrun.worker.registry import Registry
 from jobrun.sql import for_schema
 from jobrun.worker.supervisor import Child, Inflight, Supervisor
 from jobrun.worker.signals import SignalsAndShutdown
+from jobrun.worker.sdnotify import SystemdHooks  # systemd hook
 
 log = logging.getLogger("jobrun.master")
 
@@ -104,6 +105,7 @@ class Master(SignalsAndShutdown):
         self.metrics = Metrics()
         self.started_at = time.time()
         self.last_db_ok = time.monotonic()
+        self.systemd = SystemdHooks(self)  # systemd hook: sd_notify (a no-op without NOTIFY_SOCKET)
 
     # --- wiring ---------------------------------------------------------------------------
 
@@ -314,6 +316,7 @@ class Master(SignalsAndShutdown):
         if not self._booted:
             self._booted = True
             self.booted.set()
+        self.systemd.child_ready()  # systemd hook: READY=1 once this generation is up
         self._title()
         self.wake()
 
@@ -397,6 +400,7 @@ class Master(SignalsAndShutdown):
                       retry_delay=info.get("delay"), policy=policy,
                       permanent=bool(info.get("permanent")))
         self._observe(job, outcome, ran=job.dispatched > 0)
+        self.systemd.job_done()  # systemd hook: jobs done, for STATUS=
         self.completer.submit(Completion(
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
             error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),

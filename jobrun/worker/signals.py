@@ -28,6 +28,7 @@ class SignalsAndShutdown:
             self.handle_quit()
             return
         event(log, logging.INFO, "master.draining", grace=self.settings.grace, busy=self.busy())
+        self.systemd.stopping()  # systemd hook: STOPPING=1
         self.stopping = "drain"
         self.loop.create_task(self._shutdown())
 
@@ -40,6 +41,7 @@ class SignalsAndShutdown:
             self.stopping = "fast"
             return
         event(log, logging.INFO, "master.stopping_fast", busy=self.busy())
+        self.systemd.stopping()  # systemd hook: STOPPING=1
         self.stopping = "fast"
         self.loop.create_task(self._shutdown())
 
@@ -47,11 +49,13 @@ class SignalsAndShutdown:
         """Reload settings, start a new generation of children, retire the old one gracefully."""
         if self.stopping:
             return
+        self.systemd.reloading()  # systemd hook: RELOADING=1; READY=1 when the new children are up
         if self.reload_settings is not None:
             try:
                 new = self.reload_settings()
             except Exception as exc:  # noqa: BLE001 - keep running on a bad config
                 event(log, logging.ERROR, "reload.failed", error=str(exc))
+                self.systemd.reload_failed()  # systemd hook: READY=1 (the old settings stay)
                 return
             keep = {"app": self.settings.app, "schema": self.settings.schema,
                     "database_url": self.settings.database_url}
@@ -135,6 +139,7 @@ class SignalsAndShutdown:
         ticker = getattr(self, "_ticker", None)
         if ticker is not None:
             ticker.cancel()
+        self.systemd.stop()  # systemd hook
         event(log, logging.INFO, "master.stopped", exit_code=self.exit_code)
         self.done.set()
 
