@@ -448,6 +448,11 @@ def top_(ctx: typer.Context,
                   keys_fd=sys.stdin.fileno() if sys.stdin.isatty() else None)
 
 
+from jobrun.admin import ops_cli  # noqa: E402 - operator commands: config, roles, health, embedded
+
+ops_cli.register(app)
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split()) or "unknown error"
 
