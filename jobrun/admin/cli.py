@@ -448,9 +448,7 @@ def top_(ctx: typer.Context,
                   keys_fd=sys.stdin.fileno() if sys.stdin.isatty() else None)
 
 
-from jobrun.admin import ops_cli  # noqa: E402 - operator commands: config, roles, health, embedded
-
-ops_cli.register(app)
+from jobrun.admin import ops_cli  # noqa: E402,F401 - adds config, roles, health, embedded to app
 
 
 def _one_line(text: str) -> str:
@@ -469,4 +467,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the importable module's app (the one ops_cli added its commands to), not this copy.
+    from jobrun.admin import cli as _module
+
+    _module.main()

@@ -1,6 +1,6 @@
 """Operator commands of ``jobrun``: config show/check, roles, health, embedded status/stop.
 
-Registered on the main CLI by :func:`register`; they share its global options (``--dsn``,
+Imported by jobrun.admin.cli, whose app they join; they share its global options (``--dsn``,
 ``--schema``, ``--json``) and its error protocol (exit 1 with one ``jobrun: error:`` line).
 """
 
@@ -160,8 +160,8 @@ def embedded_stop(ctx: typer.Context, state_dir: StateDir = None,
         typer.echo(f"{st.pgdata}: stopped (pid {st.pid})")
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(config_app, name="config")
-    app.add_typer(embedded_app, name="embedded")
-    app.command("roles")(roles)
-    app.command("health")(health)
+# Imported at the end of jobrun.admin.cli: add these commands to its app.
+base.app.add_typer(config_app, name="config")
+base.app.add_typer(embedded_app, name="embedded")
+base.app.command("roles")(roles)
+base.app.command("health")(health)
