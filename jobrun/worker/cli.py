@@ -66,6 +66,11 @@ def run(
     except JobrunError as exc:
         typer.echo(f"jobrun-master: error: {exc}", err=True)
         raise typer.Exit(2)
+    if settings.pooled:
+        typer.echo("jobrun-master: error: pooled = true (JOBRUN_POOLED): the master needs a direct"
+                   " connection to PostgreSQL (LISTEN, session advisory locks, prepared statements);"
+                   " give it the server's own address, not PgBouncer's (see docs/operations.md)", err=True)
+        raise typer.Exit(2)
     if not settings.app:
         typer.echo("jobrun-master: error: name the app with -A MODULE[:ATTR] (or app = in the config file)", err=True)
         raise typer.Exit(2)
