@@ -401,6 +401,8 @@ class Master(SignalsAndShutdown):
                       permanent=bool(info.get("permanent")))
         self._observe(job, outcome, ran=job.dispatched > 0)
         self.systemd.job_done()  # systemd hook: jobs done, for STATUS=
+        if fate.status == "dead":  # for the dead-jobs alert (etc/prometheus/jobrun-rules.yml)
+            self.metrics.dead.labels(job.queue, job.task).inc()
         self.completer.submit(Completion(
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
             error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
