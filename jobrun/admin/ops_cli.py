@@ -165,3 +165,50 @@ base.app.add_typer(config_app, name="config")
 base.app.add_typer(embedded_app, name="embedded")
 base.app.command("roles")(roles)
 base.app.command("health")(health)
+
+
+def bench(ctx: typer.Context,
+          task: Annotated[str, typer.Option("--task", help="A task the running master's app has (a fast one measures the queue, not the handler).", show_default=False)],
+          rate: Annotated[float, typer.Option("--rate", help="Jobs per second, open loop.")] = 100.0,
+          duration: Annotated[float, typer.Option("--duration", help="Seconds of arrivals.")] = 10.0,
+          payload: Annotated[Optional[str], typer.Option("--payload", metavar="JSON", help="Each job's payload.", show_default=False)] = None,
+          queue: Annotated[str, typer.Option("--queue", "-q")] = "default",
+          producers: Annotated[int, typer.Option("--producers", help="Producer threads (connections).")] = 4,
+          settle: Annotated[float, typer.Option("--settle", help="Seconds to wait for the drain after the last enqueue.")] = 120.0,
+          dsn: base.Dsn = None, schema: base.Schema = None, as_json: base.AsJson = False) -> None:
+    """Open-loop load against a running master: achieved rate, lagged ticks, depth over time,
+    enqueue-to-start and enqueue-to-finish p50/p95/p99 from the database's timestamps."""
+    import json
+
+    from jobrun.admin.bench import Bench
+
+    s = base._session(ctx, dsn, schema, as_json)
+    try:
+        body = json.loads(payload) if payload is not None else None
+    except ValueError as exc:
+        raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
+    report = Bench(s.client().settings, task, body, queue, rate, duration, producers, settle).run()
+    if s.as_json:
+        base._emit(dataclasses.asdict(report))
+    else:
+        _print_bench(report)
+    if report.drained_after is None:
+        base._note(f"{report.unfinished} jobs had not finished {settle:g}s after the last enqueue")
+        raise typer.Exit(1)
+
+
+def _print_bench(r) -> None:
+    typer.echo(f"target {r.rate:g} jobs/s for {r.duration:g}s: sent {r.sent}, achieved"
+               f" {r.achieved:.1f} jobs/s, lagged ticks skipped {r.lagged}")
+    drained = "-" if r.drained_after is None else f"{r.drained_after:.2f}s"
+    typer.echo(f"all finished {drained} after the last enqueue; not succeeded: {r.not_succeeded}")
+    base._table(["ms", "p50", "p95", "p99"],
+                [[name, *(("-" if v is None else f"{v:.1f}") for v in series.values())]
+                 for name, series in (("enqueue to start", r.to_start_ms),
+                                      ("enqueue to finish", r.to_finish_ms))], "")
+    if r.depth:
+        typer.echo("depth each second, queued: " + " ".join(str(q) for _, q, _ in r.depth))
+        typer.echo("                   leased: " + " ".join(str(x) for _, _, x in r.depth))
+
+
+base.app.command("bench")(bench)
