@@ -22,7 +22,7 @@ from tests.masterproc import ROOT, MasterProcess
 RULES = ROOT / "etc" / "prometheus" / "jobrun-rules.yml"
 DASHBOARD = ROOT / "etc" / "grafana" / "jobrun.json"
 METRIC = re.compile(r"\b(jobrun_[a-z0-9_]+)\b")
-SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
+SUFFIXES = {"counter": ("", "_total"), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
             "summary": ("", "_sum", "_count"), "info": ("_info",), "untyped": ("",)}
 
 
