@@ -105,7 +105,9 @@ class Master(SignalsAndShutdown):
         self.metrics = Metrics()
         self.started_at = time.time()
         self.last_db_ok = time.monotonic()
-        self.systemd = SystemdHooks(self)  # systemd hook: sd_notify (a no-op without NOTIFY_SOCKET)
+        self.systemd = SystemdHooks(  # systemd hook: sd_notify (a no-op without NOTIFY_SOCKET)
+            busy=self.busy, total=lambda: self.target, children=self._current,
+            loop_alive=self.loop_alive, heartbeater=lambda: self.heartbeater)
 
     # --- wiring ---------------------------------------------------------------------------
 

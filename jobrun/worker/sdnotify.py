@@ -31,7 +31,7 @@ import logging
 import os
 import socket
 import time
-from typing import Any, MutableMapping
+from typing import Any, Callable, MutableMapping
 
 from jobrun.logs import event
 
@@ -93,12 +93,17 @@ def monotonic_usec() -> int:
 
 
 class SystemdHooks:
-    """The master's side of the protocol. ``master`` is the Master: it reads only its public
-    state (``_current()``, ``busy()``, ``target``, ``loop_alive``, ``heartbeater``)."""
+    """The master's side of the protocol. It sees the master only through what it is given:
+    ``busy()`` and ``total()`` children, ``children()`` of the current generation (each with a
+    ``state``), ``loop_alive(within)`` and ``heartbeater()`` (an object with a ``_thread``)."""
 
-    def __init__(self, master: Any, notify: Notify | None = None) -> None:
-        self.master = master
+    def __init__(self, *, busy: Callable[[], int], total: Callable[[], int],
+                 children: Callable[[], list], loop_alive: Callable[[float], bool],
+                 heartbeater: Callable[[], Any], notify: Notify | None = None) -> None:
+        self.busy, self.total, self.children = busy, total, children
+        self.loop_alive, self.heartbeater = loop_alive, heartbeater
         self.notify = notify if notify is not None else Notify.from_env()
+        self.stopping_sent = False
         self.jobs_done = 0
         self._ready_pending = True  # READY=1 not yet sent for the current generation
         self._status = ""
@@ -108,9 +113,9 @@ class SystemdHooks:
 
     def child_ready(self) -> None:
         """A child reported ready: send READY=1 once no child of this generation is starting."""
-        if not self._ready_pending or self.master.stopping:
+        if not self._ready_pending or self.stopping_sent:
             return
-        current = self.master._current()
+        current = self.children()
         if current and all(c.state != "starting" for c in current):
             self.ready()
 
@@ -132,7 +137,9 @@ class SystemdHooks:
 
     def stopping(self) -> None:
         self._ready_pending = False
-        self.notify.send(stopping=1, status=f"draining: {self.master.busy()} busy")
+        if not self.stopping_sent:
+            self.stopping_sent = True
+            self.notify.send(stopping=1, status=f"stopping: {self.busy()} busy")
 
     def stop(self) -> None:
         if self._task is not None:
@@ -143,8 +150,7 @@ class SystemdHooks:
     # --- the watchdog and status task ------------------------------------------------------
 
     def _render_status(self) -> str:
-        m = self.master
-        return f"{m.busy()}/{m.target} busy, {self.jobs_done} jobs done"
+        return f"{self.busy()}/{self.total()} busy, {self.jobs_done} jobs done"
 
     def watchdog_interval(self) -> float:
         return self.notify.watchdog_usec / 2e6 if self.notify.watchdog_usec else 0.0
@@ -153,10 +159,9 @@ class SystemdHooks:
         """The event loop ticked within the ping interval and the heartbeater thread lives.
         Database trouble does not withhold pings: a restart would not cure it, and the
         heartbeater's own deadline already fences what it cannot renew."""
-        m = self.master
-        if not m.loop_alive(max(self.watchdog_interval(), 1.0)):
+        if not self.loop_alive(max(self.watchdog_interval(), 1.0)):
             return False
-        thread = getattr(getattr(m, "heartbeater", None), "_thread", None)
+        thread = getattr(self.heartbeater(), "_thread", None)
         return thread is None or thread.is_alive()
 
     async def _run(self) -> None:
@@ -174,7 +179,7 @@ class SystemdHooks:
                     event(log, logging.WARNING, "systemd.watchdog_withheld",
                           note="event loop or heartbeater unhealthy; systemd will restart the master")
             status = self._render_status()
-            if status != self._status and not self.master.stopping:
+            if status != self._status and not self.stopping_sent:
                 fields["status"] = self._status = status
             if fields:
                 self.notify.send(**fields)
