@@ -21,6 +21,15 @@ def _hooks(children, loop_ok, thread):
     return hooks, server
 
 
+def _nothing_more(server: socket.socket) -> bool:
+    server.settimeout(0.2)
+    try:
+        server.recv(100)
+    except TimeoutError:
+        return True
+    return False
+
+
 def test_ready_waits_for_every_child_and_is_sent_once():
     children = [SimpleNamespace(state="idle"), SimpleNamespace(state="starting")]
     hooks, server = _hooks(children, [True], None)
@@ -30,12 +39,7 @@ def test_ready_waits_for_every_child_and_is_sent_once():
         hooks.child_ready()
         hooks.child_ready()
         assert server.recv(100) == b"READY=1"
-        server.settimeout(0.2)
-        try:
-            extra = server.recv(100)
-        except TimeoutError:
-            extra = None
-        assert extra is None
+        assert _nothing_more(server)
     finally:
         server.close()
 
@@ -46,12 +50,7 @@ def test_no_ready_after_stopping():
         hooks.stopping()
         assert server.recv(100).startswith(b"STOPPING=1\nSTATUS=stopping: 1 busy")
         hooks.child_ready()
-        server.settimeout(0.2)
-        try:
-            extra = server.recv(100)
-        except TimeoutError:
-            extra = None
-        assert extra is None
+        assert _nothing_more(server)
     finally:
         server.close()
 
