@@ -132,7 +132,7 @@ class Client(_Api):
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = db.connect(self.dsn)
+            self._conn = db.connect(self.dsn, **db.pooled_options(self.settings.pooled))
         return self._conn
 
     def _drive(self, op: ops.Op, conn: psycopg.Connection) -> Any:
@@ -142,7 +142,11 @@ class Client(_Api):
         if conn is not None:
             return self._drive(op, conn)
         with self._lock:
-            return self._drive(op, self._connection())
+            conn = self._connection()
+            if not self.settings.pooled:
+                return self._drive(op, conn)
+            with conn.transaction():  # the operation's statements share one server connection
+                return self._drive(op, conn)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -174,8 +178,11 @@ class AsyncClient(_Api):
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = await db.connect_async(self.dsn)
-            return await self._drive(op, self._conn)
+                self._conn = await db.connect_async(self.dsn, **db.pooled_options(self.settings.pooled))
+            if not self.settings.pooled:
+                return await self._drive(op, self._conn)
+            async with self._conn.transaction():  # one server connection per operation
+                return await self._drive(op, self._conn)
 
     def _run(self, op: ops.Op, conn: Any = None) -> Any:
         return self._drive(op, conn) if conn is not None else self._run_own(op)

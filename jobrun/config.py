@@ -34,6 +34,7 @@ class Settings:
     schema: str = "jobrun"
     state_dir: str = ".jobrun"
     max_payload_bytes: int = validate.DEFAULT_MAX_PAYLOAD_BYTES
+    pooled: bool = False  # database_url is a transaction pooler (PgBouncer): producers only
     # master
     app: str | None = None
     concurrency: int = field(default_factory=_cpu_count)

@@ -475,6 +475,7 @@ app.command("web")(web_cli.web)
 if __name__ != "__main__":  # run as a script, the module proper (below) registers them
     from jobrun.admin.schedule_cli import schedule_app  # noqa: E402 - uses the helpers above
     app.add_typer(schedule_app, name="schedule")
+    from jobrun.admin import ops_cli  # noqa: E402,F401 - adds config, roles, health, embedded
 
 
 def _one_line(text: str) -> str:

@@ -54,6 +54,13 @@ def translate(exc: psycopg.Error, dsn: str | None = None, schema: str | None = N
     return JobrunError(f"database error: {first_line(exc)}")
 
 
+def pooled_options(pooled: bool) -> dict:
+    """Connection options for a DSN that goes through a transaction pooler (PgBouncer in
+    transaction mode): no server-side prepared statements, since the next transaction may
+    run on another server connection that never saw them."""
+    return {"prepare_threshold": None} if pooled else {}
+
+
 def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
     try:
         return psycopg.connect(dsn, autocommit=autocommit, row_factory=dict_row, **kwargs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Optional
 
 import typer
@@ -48,7 +49,10 @@ def run(
     log_format: Optional[str] = typer.Option(None, "--log-format", help="text or json"),
     log_level: Optional[str] = typer.Option(None, "--log-level"),
     no_migrate: bool = typer.Option(False, "--no-migrate", help="do not apply missing migrations at start"),
+    config_file: Optional[str] = typer.Option(None, "--config", help="config file (default: $JOBRUN_CONFIG, ./jobrun.toml, /etc/jobrun/jobrun.toml)"),
 ) -> None:
+    if config_file is not None:  # read at start and again on every HUP
+        os.environ["JOBRUN_CONFIG"] = config_file
     overrides = dict(app=app, concurrency=concurrency, queues=queues, database_url=dsn, schema=schema,
                      poll_interval=poll_interval, prefetch=prefetch,
                      prefetch_max_runtime=prefetch_max_runtime, max_tasks_per_child=max_tasks_per_child,
@@ -61,6 +65,11 @@ def run(
         settings = config.load(overrides)
     except JobrunError as exc:
         typer.echo(f"jobrun-master: error: {exc}", err=True)
+        raise typer.Exit(2)
+    if settings.pooled:
+        typer.echo("jobrun-master: error: pooled = true (JOBRUN_POOLED): the master needs a direct"
+                   " connection to PostgreSQL (LISTEN, session advisory locks, prepared statements);"
+                   " give it the server's own address, not PgBouncer's (see docs/operations.md)", err=True)
         raise typer.Exit(2)
     if not settings.app:
         typer.echo("jobrun-master: error: name the app with -A MODULE[:ATTR] (or app = in the config file)", err=True)

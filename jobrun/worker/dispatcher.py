@@ -42,7 +42,8 @@ class Dispatcher(Service):
 
     def __init__(self, supervisor: Supervisor, settings: Settings, metrics: Metrics, *,
                  submit: Callable[[Completion], None], give_back: Callable[[list[dict]], None],
-                 changed: Callable[[], None], fatal: Callable[[int, str], None]) -> None:
+                 changed: Callable[[], None], fatal: Callable[[int, str], None],
+                 reload_failed: Callable[[str], None] = lambda why: None) -> None:
         super().__init__()
         self.supervisor = supervisor
         self.settings = settings
@@ -51,6 +52,7 @@ class Dispatcher(Service):
         self.give_back = give_back  # rows claimed but never started, back to the queue
         self.changed = changed  # a child changed state: wake the claimer, re-render the title
         self.fatal = fatal  # (exit code, event name): the master must stop
+        self.reload_failed = reload_failed  # (why): a new generation did not load
         self.target = settings.concurrency
         self.generation = 0  # the newest generation (children spawn in it)
         self.serving = 0  # the generation whose children take jobs
@@ -153,6 +155,7 @@ class Dispatcher(Service):
         for other in self.supervisor.alive():
             if other.generation == failed:
                 self.supervisor.kill(other, "reload_failed")
+        self.reload_failed("the new code does not load")
 
     # --- frames ---------------------------------------------------------------------------
 
@@ -285,11 +288,17 @@ class Dispatcher(Service):
                       policy=self._policies.get(job.task, DEFAULT_RETRY),
                       permanent=bool(info.get("permanent")))
         self._observe(job, outcome, ran=job.dispatched > 0)
+        if fate.status == "dead":  # for the dead-jobs alert (etc/prometheus/jobrun-rules.yml)
+            self.metrics.dead.labels(job.queue, job.task).inc()
         self.submit(Completion(
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
             error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
             child=child_index, crashed=crashed, log=info.get("log"),
             refund=1 if outcome == RELEASED else 0))
+
+    def jobs_done(self) -> int:
+        """Jobs whose outcome this master recorded (released and given-back ones aside)."""
+        return sum(n for k, n in self.outcomes.items() if k not in (RELEASED, "given_back"))
 
     def _observe(self, job: Inflight, outcome: str, ran: bool) -> None:
         self.outcomes[outcome] += 1

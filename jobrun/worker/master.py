@@ -42,6 +42,7 @@ from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
 from jobrun.worker.notifier import Notifier
 from jobrun.worker.reaper import Reaper
 from jobrun.worker.scheduler import Scheduler
+from jobrun.worker.sdnotify import SystemdHooks
 from jobrun.worker.registry import Registry
 from jobrun.worker.supervisor import Supervisor
 from jobrun.worker.ticker import Ticker
@@ -66,6 +67,11 @@ class Master:
         self.metrics = Metrics()
         self.last_db_ok = time.monotonic()
         self.services: list[Service] = []  # in start order
+        self.systemd = SystemdHooks(  # sd_notify (a no-op without NOTIFY_SOCKET)
+            busy=lambda: self.dispatcher.running(), total=lambda: self.dispatcher.target,
+            done=lambda: self.dispatcher.jobs_done(), children=lambda: self.dispatcher.current(),
+            loop_alive=lambda within: self.ticker.loop_alive(within),
+            heartbeater=lambda: self.heartbeater)
 
     # --- wiring ---------------------------------------------------------------------------
 
@@ -115,7 +121,7 @@ class Master:
         self.ticker = Ticker(s.lease_ttl, self._render_title)
         self.dispatcher = Dispatcher(self.supervisor, s, m, submit=self.completer.submit,
                                      give_back=lambda rows: self.claimer.give_back(rows), changed=self._changed,
-                                     fatal=self._fatal)
+                                     fatal=self._fatal, reload_failed=self.systemd.reload_failed)
         self.claimer = Claimer(self.dsn, self.q, self.owner, s, self.dispatcher, m,
                                on_db_ok=self.note_db_ok)
         self.notifier = Notifier(self.dsn, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
@@ -154,6 +160,7 @@ class Master:
 
     def _changed(self) -> None:
         self.ticker.mark_changed()
+        self.systemd.child_ready()  # READY=1 once every child of the generation is up
         self.claimer.wake()
 
     def _fatal(self, code: int, why: str) -> None:
@@ -209,6 +216,7 @@ class Master:
             return
         event(log, logging.INFO, "master.draining", grace=self.settings.grace,
               busy=self.dispatcher.running())
+        self.systemd.stopping()  # STOPPING=1
         self.stopping = "drain"
         self.loop.create_task(teardown.run(self))
 
@@ -221,6 +229,7 @@ class Master:
             self.stopping = "fast"
             return
         event(log, logging.INFO, "master.stopping_fast", busy=self.dispatcher.running())
+        self.systemd.stopping()  # STOPPING=1
         self.stopping = "fast"
         self.loop.create_task(teardown.run(self))
 
@@ -229,11 +238,13 @@ class Master:
         new generation of children; the old one retires once a new child is ready."""
         if self.stopping:
             return
+        self.systemd.reloading()  # RELOADING=1; READY=1 when the new children are up
         if self.reload_settings is not None:
             try:
                 new = self.reload_settings()
             except Exception as exc:  # noqa: BLE001 - keep running on a bad config
                 event(log, logging.ERROR, "reload.failed", error=str(exc))
+                self.systemd.reload_failed("bad configuration")
                 return
             self.reconfigure(new)
         self.dispatcher.reload()

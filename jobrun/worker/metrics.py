@@ -45,6 +45,8 @@ class Metrics:
                                  ["queue", "status"], registry=r)
         self.jobs = Counter("jobrun_jobs", "Attempts ended, by outcome", ["queue", "task", "outcome"],
                             registry=r)
+        self.dead = Counter("jobrun_jobs_dead", "Jobs that ended dead (attempts or crashes spent, or Permanent)",
+                            ["queue", "task"], registry=r)
         self.duration = Histogram("jobrun_job_duration_seconds", "Attempt run time in the child",
                                   ["queue", "task"], buckets=DURATION_BUCKETS, registry=r)
         self.wait = Histogram("jobrun_job_wait_seconds",

@@ -82,6 +82,7 @@ async def run(m: "Master") -> None:
 
     _stage(6, "close connections")
     await m.claimer.close()
+    m.systemd.stop()
     counts = d.outcomes
     event(log, logging.INFO, "master.stopped", exit_code=m.exit_code, claimed=m.claimer.claimed,
           succeeded=counts[SUCCEEDED], released=counts[RELEASED],

@@ -1,0 +1,190 @@
+"""systemd's notify protocol for the master: READY, STATUS, WATCHDOG, RELOADING, STOPPING.
+
+``Notify`` is a small client of ``$NOTIFY_SOCKET`` (a path, or an abstract name written with a
+leading ``@``): one datagram per message, ``KEY=value`` lines. Without the variable every call
+is a no-op, so the master runs the same under systemd, a terminal or a test. ``from_env``
+takes NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID out of the environment so that children
+(which inherit the master's environment) never talk to systemd themselves.
+
+``SystemdHooks`` is what the master calls, at a few marked lines:
+
+    boot       -> child_ready() ...      READY=1 once every child of the first generation is up
+                                         (the schema was checked by the cli before the master
+                                         was built)
+    running    -> a task on the event loop: WATCHDOG=1 every WATCHDOG_USEC / 2 while the loop
+                  ticks and the heartbeater thread is alive; STATUS= with
+                  busy/total children and jobs done, when it changed
+    SIGHUP     -> reloading()            RELOADING=1 with MONOTONIC_USEC; READY=1 again when
+                  the new generation of children is up (or at once if the reload failed)
+    SIGTERM    -> stopping()             STOPPING=1
+
+The watchdog ping is sent from the event loop on purpose: a stalled loop sends none, and
+systemd (WatchdogSec=) kills and restarts the master. A frozen (SIGSTOPped) master sends none
+either. The heartbeater is checked too, since a master whose leases lapse is not healthy even
+if its loop turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Any, Callable, MutableMapping
+
+from jobrun.logs import event
+from jobrun.worker.supervisor import ChildState
+
+log = logging.getLogger("jobrun.systemd")
+
+ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+
+class Notify:
+    """Send sd_notify messages to one socket address; a no-op when ``address`` is None."""
+
+    def __init__(self, address: str | None, watchdog_usec: int = 0) -> None:
+        self.address: str | bytes | None = None
+        if address:
+            # "@name" is an abstract socket: a leading NUL byte on Linux.
+            self.address = "\0" + address[1:] if address.startswith("@") else address
+        self.watchdog_usec = watchdog_usec
+        self._sock: socket.socket | None = None
+
+    @classmethod
+    def from_env(cls, environ: MutableMapping[str, str] = os.environ) -> "Notify":
+        """Read (and remove) the systemd variables; the watchdog only if it is meant for us."""
+        values = {key: environ.pop(key, None) for key in ENV_KEYS}
+        usec = 0
+        pid = values["WATCHDOG_PID"]
+        if values["WATCHDOG_USEC"] and (not pid or pid == str(os.getpid())):
+            try:
+                usec = max(0, int(values["WATCHDOG_USEC"]))
+            except ValueError:
+                usec = 0
+        return cls(values["NOTIFY_SOCKET"], usec)
+
+    @property
+    def enabled(self) -> bool:
+        return self.address is not None
+
+    def send(self, **fields: Any) -> bool:
+        """Send ``KEY=value`` lines (keys upper-cased); False if nothing could be sent."""
+        if self.address is None:
+            return False
+        message = "\n".join(f"{key.upper()}={value}" for key, value in fields.items())
+        try:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            self._sock.sendto(message.encode(), self.address)
+            return True
+        except OSError as exc:  # systemd gone or the socket full: never fatal for the master
+            event(log, logging.DEBUG, "systemd.notify_failed", error=str(exc))
+            return False
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def monotonic_usec() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+
+
+class SystemdHooks:
+    """The master's side of the protocol. It sees the master only through what it is given:
+    ``busy()`` and ``total()`` children, ``done()`` jobs, ``children()`` of the current
+    generation (each with a ``state``), ``loop_alive(within)`` and ``heartbeater()`` (an object
+    with a ``_thread``)."""
+
+    def __init__(self, *, busy: Callable[[], int], total: Callable[[], int],
+                 done: Callable[[], int], children: Callable[[], list],
+                 loop_alive: Callable[[float], bool], heartbeater: Callable[[], Any],
+                 notify: Notify | None = None) -> None:
+        self.busy, self.total, self.done, self.children = busy, total, done, children
+        self.loop_alive, self.heartbeater = loop_alive, heartbeater
+        self.notify = notify if notify is not None else Notify.from_env()
+        self.stopping_sent = False
+        self._ready_pending = True  # READY=1 not yet sent for the current generation
+        self._status = ""
+        self._note = ""  # appended to STATUS= (a failed reload)
+        self._task: asyncio.Task | None = None
+
+    # --- the master's hooks ---------------------------------------------------------------
+
+    def child_ready(self) -> None:
+        """A child reported ready: send READY=1 once no child of this generation is starting."""
+        if not self._ready_pending or self.stopping_sent:
+            return
+        current = self.children()
+        if current and all(c.state is not ChildState.STARTING for c in current):
+            self.ready()
+
+    def ready(self) -> None:
+        self._ready_pending = False
+        self.notify.send(ready=1, status=self._render_status(), mainpid=os.getpid())
+        if self._task is None and self.notify.enabled:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def reloading(self) -> None:
+        self._ready_pending = True
+        self._note = ""
+        self.notify.send(reloading=1, monotonic_usec=monotonic_usec(), status="reloading")
+
+    def reload_failed(self, why: str) -> None:
+        """The reload failed and the old generation keeps serving: READY=1, and STATUS= says so."""
+        self._note = f"; reload failed ({why}), the old generation serves"
+        self.ready()
+
+    def stopping(self) -> None:
+        self._ready_pending = False
+        if not self.stopping_sent:
+            self.stopping_sent = True
+            self.notify.send(stopping=1, status=f"stopping: {self.busy()} busy")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self.notify.close()
+
+    # --- the watchdog and status task ------------------------------------------------------
+
+    def _render_status(self) -> str:
+        return f"{self.busy()}/{self.total()} busy, {self.done()} jobs done{self._note}"
+
+    def watchdog_interval(self) -> float:
+        return self.notify.watchdog_usec / 2e6 if self.notify.watchdog_usec else 0.0
+
+    def healthy(self) -> bool:
+        """The event loop ticked within the ping interval and the heartbeater thread lives.
+        Database trouble does not withhold pings: a restart would not cure it, and the
+        heartbeater's own deadline already fences what it cannot renew."""
+        if not self.loop_alive(max(self.watchdog_interval(), 1.0)):
+            return False
+        thread = getattr(self.heartbeater(), "_thread", None)
+        return thread is None or thread.is_alive()
+
+    async def _run(self) -> None:
+        interval = self.watchdog_interval()
+        period = min(interval, 1.0) if interval else 1.0
+        last_ping = 0.0
+        while True:
+            now = time.monotonic()
+            fields: dict[str, Any] = {}
+            if interval and now - last_ping >= interval * 0.9:
+                if self.healthy():
+                    fields["watchdog"] = 1
+                    last_ping = now
+                else:
+                    event(log, logging.WARNING, "systemd.watchdog_withheld",
+                          note="event loop or heartbeater unhealthy; systemd will restart the master")
+            status = self._render_status()
+            if status != self._status and not self.stopping_sent:
+                fields["status"] = self._status = status
+            if fields:
+                self.notify.send(**fields)
+            await asyncio.sleep(period)
+
