@@ -72,6 +72,22 @@ def socket_path(dsn: str) -> str | None:
     return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else None
 
 
+SIZES = """
+SELECT c.relname AS name, pg_relation_size(c.oid) AS bytes FROM pg_class c
+ WHERE c.oid IN (%(jobs)s::regclass, %(attempts)s::regclass)
+    OR c.oid IN (SELECT indexrelid FROM pg_index
+                  WHERE indrelid IN (%(jobs)s::regclass, %(attempts)s::regclass))
+ ORDER BY c.relname
+"""
+
+
+def relation_sizes(conn, schema: str) -> dict[str, int]:
+    """pg_relation_size of jobs, job_attempts and each of their indexes."""
+    rows = conn.execute(SIZES, {"jobs": f'"{schema}".jobs',
+                                "attempts": f'"{schema}".job_attempts'}).fetchall()
+    return dict(rows)
+
+
 class Fleet:
     """The masters of one run, all on one database."""
 
@@ -87,6 +103,7 @@ class Fleet:
               wait: bool = True) -> MasterProcess:
         m = MasterProcess(dict(self.env, **(env or {})), self.tmp_path, *self.args, *extra,
                           app=APP)
+        m.fleet_env = env  # what a replacement of this master gets too
         self.masters.append(m)
         m.start()
         if wait:
@@ -113,7 +130,7 @@ class Fleet:
         victim.wait()
         self.faults.count("sigkill_master", f"pid={victim.pid}")
         wait_for(lambda: not victim.children(), timeout=15, message="the killed master's children")
-        self.start(wait=False)  # the replacement comes up while the load goes on
+        self.start(env=victim.fleet_env, wait=False)  # it comes up while the load goes on
 
     def kill_child(self, busy_only: bool = True) -> bool:
         """SIGKILL a child of a random master (one running a job, if any does)."""

@@ -45,10 +45,13 @@ class HalfOpenProxy:
         with self._lock:
             socks, self._sockets = self._sockets + [self._listener], []
         for s in socks:
+            # shutdown first: a pump blocked in recv keeps a merely closed socket alive (and so
+            # PostgreSQL's session, with whatever it holds); shutdown wakes it and sends the FIN.
             try:
-                s.close()
+                s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            s.close()
 
     def __enter__(self) -> "HalfOpenProxy":
         return self
