@@ -65,6 +65,9 @@ SELECT 'dead without a reason', j.id FROM {schema}.jobs j
 UNION ALL
 SELECT 'cancelled without a reason', j.id FROM {schema}.jobs j
  WHERE j.status = 'cancelled' AND NOT j.cancel_requested
+UNION ALL
+SELECT 'lost (missing)', e.id FROM unnest(%(enqueued)s::bigint[]) AS e(id)
+ WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = e.id)
 """
 
 # When the test keeps an append-only record of handler starts.
@@ -117,17 +120,19 @@ def nothing_lost(conn, schema: str, *, transactional=("effect",), slack: float =
 
 
 def violations(conn, schema: str, *, transactional=("effect",), recorded=("record", "effect"),
-               intended=("succeeded",), slack: float = 10.0) -> list:
+               intended=("succeeded",), enqueued=(), slack: float = 10.0) -> list:
     """Every rule above at once, for a run that is over: nothing_lost's, plus each job in an
-    ``intended`` status (dead/cancelled ones with a reason), plus the ``starts`` record (if the
-    schema has one) bounded by max_attempts. Each violation is (problem, job id)."""
+    ``intended`` status (dead/cancelled ones with a reason) and every ``enqueued`` id still in
+    the table, plus the ``starts`` record (if the schema has one) bounded by max_attempts.
+    Each violation is (problem, job id)."""
     cur = conn.cursor(row_factory=tuple_row)
     text = NOTHING_LOST + (EFFECTS_ONCE if _exists(cur, schema, "effects") else "")
     text += SETTLED_AS_INTENDED
     if _exists(cur, schema, "starts"):
         text += STARTS_BOUNDED
     return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional),
-                                     "recorded": list(recorded), "intended": list(intended)})
+                                     "recorded": list(recorded), "intended": list(intended),
+                                     "enqueued": list(enqueued)})
 
 
 @dataclass

@@ -23,8 +23,8 @@ import jobrun
 from jobrun.store import migrate
 from jobrun.testing import Cluster, wait_for
 from tests.faults.backends import KINDS, backends, terminate
-from tests.faults.load import (REAPER_PERIOD, TTL, Fleet, enqueue, finished, own_connection,
-                               prepare, restart_immediate, socket_path)
+from tests.faults.load import (REAPER_PERIOD, RESTARTABLE, TTL, Fleet, enqueue, finished,
+                               own_connection, prepare, restart_immediate, socket_path)
 from tests.faults.proxy import HalfOpenProxy
 from tests.faults.seed import Faults
 from tests.invariants import after_faults, violations
@@ -65,7 +65,7 @@ def unsettled(conn, schema) -> int:
 def conclude(conn, schema, faults: Faults, fleet: Fleet | None = None, settle: float = 60.0,
              intended=("succeeded", "dead")):
     outcome = after_faults(conn, schema, ttl=TTL, reaper_period=REAPER_PERIOD, settle=settle,
-                           intended=intended)
+                           intended=intended, enqueued=faults.enqueued)
     print(f"figures: {outcome.figures}; faults: {dict(faults.counts)}")
     if outcome.violations and fleet is not None:
         print(fleet.stderr()[-20000:])
@@ -101,10 +101,11 @@ def test_checker_reports_fabricated_violations(conn, schema, client):
               + [(ids["started_thrice"], t) for t in (1, 2, 3)]
               + [(ids["same_token"], 1), (ids["same_token"], 1)])
     for job_id, token in starts:
-        run("INSERT INTO {s}.starts (job_id, attempt, token, pid) VALUES (%s, 1, %s, 1)",
-            (job_id, token))
+        run("INSERT INTO {s}.starts (start_id, job_id, attempt, token, pid)"
+            " VALUES (gen_random_uuid(), %s, 1, %s, 1)", (job_id, token))
 
-    found = set(violations(conn, schema, slack=1.0, intended=("succeeded", "dead")))
+    found = set(violations(conn, schema, slack=1.0, intended=("succeeded", "dead"),
+                           enqueued=[*ids.values(), 10**9]))
     assert found == {
         ("effect rows not once", ids["effect_twice"]),
         ("recorded starts beyond max_attempts", ids["started_thrice"]),
@@ -114,6 +115,7 @@ def test_checker_reports_fabricated_violations(conn, schema, client):
         ("lost (queued)", ids["queued"]),
         ("succeeded without a recorded start", ids["unrecorded"]),
         ("two starts under one lease token", ids["same_token"]),
+        ("lost (missing)", 10**9),
     }
     # The waits turn into violations too (after a deadline), rather than a bare timeout.
     outcome = after_faults(conn, schema, ttl=0.1, reaper_period=0.1, settle=0.2, slack=0.1,
@@ -130,11 +132,11 @@ def test_sigkill_children_and_masters_under_load(db_env, tmp_path, pg_dsn, schem
                                                  faults):
     with faults, Fleet(db_env, tmp_path, faults, "-c", "2", record_dsn=pg_dsn) as fleet:
         fleet.start_many(2, ready=2)
-        enqueue(client, faults, 20)
+        enqueue(client, faults, 16)
         inject(conn, schema, faults,
                {"child": fleet.kill_child, "child2": fleet.kill_child,
-                "master": fleet.kill_master}, count=6,
-               more=lambda: enqueue(client, faults, 6))
+                "master": fleet.kill_master}, count=5,
+               more=lambda: enqueue(client, faults, 4))
         assert faults.counts["sigkill_child"] + faults.counts["sigkill_master"] >= 3, faults.explain()
         conclude(conn, schema, faults, fleet)
 
@@ -142,9 +144,9 @@ def test_sigkill_children_and_masters_under_load(db_env, tmp_path, pg_dsn, schem
 def test_four_masters_on_one_database(db_env, tmp_path, pg_dsn, schema, client, conn, faults):
     with faults, Fleet(db_env, tmp_path, faults, "-c", "1", record_dsn=pg_dsn) as fleet:
         fleet.start_many(4, ready=1)
-        ids = enqueue(client, faults, 30, sleep=0.2)
+        ids = enqueue(client, faults, 24, sleep=0.2)
         inject(conn, schema, faults, {"child": fleet.kill_child, "master": fleet.kill_master},
-               count=3, more=lambda: enqueue(client, faults, 5, sleep=0.2))
+               count=2, more=lambda: enqueue(client, faults, 5, sleep=0.2))
         outcome = conclude(conn, schema, faults, fleet)
         owners = conn.execute(sql.SQL(
             "SELECT count(DISTINCT worker_pid) FROM {} WHERE job_id = ANY(%s)").format(
@@ -178,7 +180,8 @@ def test_terminate_each_kind_of_connection(db_env, tmp_path, pg_dsn, schema, cli
 @pytest.fixture
 def private_db(db_env, tmp_path):
     """A cluster of this test's own (it may be restarted), migrated, and env/DSN for it."""
-    with Cluster(bin_dir=os.environ.get("JOBRUN_TEST_PG_BIN") or None) as cluster:
+    with Cluster(bin_dir=os.environ.get("JOBRUN_TEST_PG_BIN") or None,
+                 settings=RESTARTABLE) as cluster:
         name = "faults"
         with psycopg.connect(cluster.dsn, autocommit=True) as c:
             migrate.migrate(c, name)
@@ -201,14 +204,14 @@ def test_postgres_restart_immediate_under_load(tmp_path, private_db, faults):
         prepare(setup, schema)
     with faults, Fleet(env, tmp_path, faults, "-c", "2", record_dsn=cluster.dsn) as fleet:
         fleet.start_many(2, ready=2)
-        wave(20)
+        wave(12)
         for _ in range(2):
             with own_connection(cluster.dsn) as conn:
                 done = finished(conn, schema)
                 wait_for(lambda: finished(conn, schema) > done, timeout=30, message="progress")
             faults.pause(0.0, 0.5)
             restart()
-            wave(10)
+            wave(6)
         with own_connection(cluster.dsn) as conn:
             conclude(conn, schema, faults, fleet)
         assert all(m.running() for m in fleet.masters), faults.explain(fleet.stderr())
@@ -250,13 +253,13 @@ def test_half_open_connection_to_the_database(db_env, tmp_path, pg_dsn, schema, 
     with faults, HalfOpenProxy(target) as proxy, \
             Fleet(db_env, tmp_path, faults, "-c", "2", record_dsn=pg_dsn) as fleet:
         a = fleet.start(env={"JOBRUN_DATABASE_URL": proxy.dsn()}, ready=2)
-        enqueue(client, faults, 12, sleep=1.5, transactional=share)
+        enqueue(client, faults, 8, sleep=1.0, transactional=share)
         hold_jobs(conn, schema, a, transactional=share > 0)
         proxy.freeze()
         faults.count("half_open", f"master {a.pid}")
         b = fleet.start()
-        enqueue(client, faults, 8, transactional=share)
-        conclude(conn, schema, faults, fleet, settle=30 if tasks == "plain" else 12)
+        enqueue(client, faults, 4, transactional=share)
+        conclude(conn, schema, faults, fleet, settle=30 if tasks == "plain" else 10)
         assert a.running(), faults.explain("a cut-off master must wait for the network, not exit")
         print(f"master B {b.pid} finished the run; A {a.pid} stayed cut off")
 
@@ -295,7 +298,7 @@ def test_sigstop_child_past_lease_ttl(db_env, tmp_path, pg_dsn, schema, client, 
     reaped and run again; the child is continued afterwards (if it still exists)."""
     with faults, Fleet(db_env, tmp_path, faults, "-c", "2", record_dsn=pg_dsn) as fleet:
         m = fleet.start(ready=2)
-        enqueue(client, faults, 10, sleep=1.5)
+        enqueue(client, faults, 8, sleep=1.0)
         busy = wait_for(lambda: [p for p in m.children() if " job=" in title(p)], timeout=15,
                         message="a busy child")
         victim = faults.pick(busy)
@@ -321,7 +324,7 @@ def test_sigstop_master_past_lease_ttl(db_env, tmp_path, pg_dsn, schema, client,
     share = 1.0 if tasks == "transactional" else 0.0
     with faults, Fleet(db_env, tmp_path, faults, "-c", "2", record_dsn=pg_dsn) as fleet:
         a = fleet.start(ready=2)
-        enqueue(client, faults, 12, sleep=1.5, transactional=share)
+        enqueue(client, faults, 8, sleep=1.0, transactional=share)
         hold_jobs(conn, schema, a, transactional=share > 0)
         frozen = [a.pid, *a.children()]
         for pid in frozen:
@@ -329,8 +332,8 @@ def test_sigstop_master_past_lease_ttl(db_env, tmp_path, pg_dsn, schema, client,
         faults.count("sigstop_master", f"pid={a.pid}")
         try:
             fleet.start()  # its children may take jobs at once: wait for master.ready only
-            enqueue(client, faults, 6, transactional=share)
-            conclude(conn, schema, faults, fleet, settle=30 if tasks == "plain" else 12)
+            enqueue(client, faults, 4, transactional=share)
+            conclude(conn, schema, faults, fleet, settle=30 if tasks == "plain" else 10)
         finally:
             for pid in frozen:
                 if live(pid):
@@ -338,5 +341,5 @@ def test_sigstop_master_past_lease_ttl(db_env, tmp_path, pg_dsn, schema, client,
         # A wakes up to leases it lost: it fences, reports nothing over B's outcomes.
         wait_for(lambda: "lease.fenced" in a.stderr() or not a.children(), timeout=15,
                  message="A to notice its lost leases")
-        enqueue(client, faults, 6, transactional=share)
+        enqueue(client, faults, 4, transactional=share)
         conclude(conn, schema, faults, fleet)

@@ -22,8 +22,8 @@ import pytest
 from jobrun.store import migrate
 from jobrun.testing import Cluster, wait_for
 from tests.faults.actions import Actions
-from tests.faults.load import (REAPER_PERIOD, TTL, Fleet, enqueue, finished, prepare,
-                               relation_sizes, socket_path)
+from tests.faults.load import (REAPER_PERIOD, RESTARTABLE, TTL, Fleet, enqueue, finished,
+                               prepare, relation_sizes, socket_path)
 from tests.faults.proxy import HalfOpenProxy
 from tests.faults.seed import Faults
 from tests.invariants import after_faults
@@ -47,7 +47,8 @@ def _progress(actions: Actions) -> None:
 def test_fault_soak(db_env, tmp_path):
     seconds = float(os.environ.get("JOBRUN_SOAK_SECONDS", "180"))
     faults = Faults.from_environment("soak")
-    with faults, Cluster(bin_dir=os.environ.get("JOBRUN_TEST_PG_BIN") or None) as cluster, \
+    with faults, Cluster(bin_dir=os.environ.get("JOBRUN_TEST_PG_BIN") or None,
+                         settings=RESTARTABLE) as cluster, \
             HalfOpenProxy(socket_path(cluster.dsn)) as proxy:
         with psycopg.connect(cluster.dsn, autocommit=True) as c:
             migrate.migrate(c, SCHEMA)
@@ -70,7 +71,8 @@ def test_fault_soak(db_env, tmp_path):
                 faults.pause(0.0, 1.0)
                 kinds[faults.pick(list(kinds))]()
             outcome = after_faults(actions.conn, SCHEMA, ttl=TTL, reaper_period=REAPER_PERIOD,
-                                   settle=120, intended=("succeeded", "dead"))
+                                   settle=120, intended=("succeeded", "dead"),
+                                   enqueued=faults.enqueued)
             after = relation_sizes(actions.conn, SCHEMA)
             if outcome.violations:
                 print(fleet.stderr()[-30000:])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import psycopg
 from psycopg import sql
@@ -33,6 +34,7 @@ def record_start(job: jobrun.Job) -> None:
     """Append this start to the record; keep trying while the database restarts (a start that
     is not recorded must not run: the record would then undercount)."""
     deadline = time.monotonic() + 60
+    start_id = uuid.uuid4()  # a retry after an unanswered insert must not record it twice
     while True:
         try:
             if not _recorder or _recorder[0].closed or _recorder[0].broken:
@@ -40,8 +42,9 @@ def record_start(job: jobrun.Job) -> None:
                                                 application_name="faults-recorder",
                                                 connect_timeout=2)]
             _recorder[0].execute(
-                sql.SQL("INSERT INTO {} (job_id, attempt, token, pid) VALUES (%s, %s, %s, %s)")
-                .format(_table("starts")), [job.id, job.attempt, job.token, os.getpid()])
+                sql.SQL("INSERT INTO {} (start_id, job_id, attempt, token, pid)"
+                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (start_id) DO NOTHING")
+                .format(_table("starts")), [start_id, job.id, job.attempt, job.token, os.getpid()])
             return
         except psycopg.OperationalError:
             if _recorder:

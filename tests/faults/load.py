@@ -31,7 +31,8 @@ def own_connection(dsn: str) -> psycopg.Connection:
 
 
 def prepare(conn, schema: str) -> None:
-    for text in ("CREATE TABLE {} (job_id bigint NOT NULL, attempt integer NOT NULL,"
+    for text in ("CREATE TABLE {} (start_id uuid PRIMARY KEY, job_id bigint NOT NULL,"
+                 " attempt integer NOT NULL,"
                  " token bigint NOT NULL, pid integer NOT NULL, at timestamptz NOT NULL DEFAULT"
                  " clock_timestamp())",
                  "CREATE TABLE {} (job_id bigint NOT NULL, pid integer NOT NULL)"):
@@ -42,19 +43,28 @@ def prepare(conn, schema: str) -> None:
 def enqueue(client, faults: Faults, n: int, *, sleep: float = 0.3, transactional: float = 0.5,
             max_attempts=(3, 10, 10)) -> list[int]:
     """``n`` jobs: ``record`` or (with probability ``transactional``) ``effect``, each running
-    U(0, sleep) seconds, with max_attempts drawn from ``max_attempts``."""
+    U(0, sleep) seconds, with max_attempts drawn from ``max_attempts``; their ids also go to
+    ``faults.enqueued``, the run's ledger the checker holds the table to."""
     items = []
     for _ in range(n):
         task = "effect" if faults.chance(transactional) else "record"
         items.append((task, {"sleep": round(faults.uniform(0, sleep), 3)},
                       faults.pick(max_attempts)))
-    return [client.enqueue(task, payload, max_attempts=tries).job.id
-            for task, payload, tries in items]
+    ids = [client.enqueue(task, payload, max_attempts=tries).job.id
+           for task, payload, tries in items]
+    faults.enqueued.extend(ids)
+    return ids
 
 
 def finished(conn, schema: str) -> int:
     query = sql.SQL("SELECT count(*) FROM {} WHERE status IN ('succeeded', 'dead', 'cancelled')")
     return conn.execute(query.format(sql.Identifier(schema, "jobs"))).fetchone()[0]
+
+
+# A cluster that is restarted with -m immediate must not lose acknowledged commits (the suite's
+# shared cluster runs with synchronous_commit off, which would): flushing WAL at commit is
+# enough, since the machine itself does not crash.
+RESTARTABLE = {"synchronous_commit": "on"}
 
 
 def restart_immediate(cluster: Cluster) -> None:

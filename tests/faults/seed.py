@@ -32,6 +32,7 @@ class Faults:
         self.rng = random.Random(seed)
         self.counts: Counter[str] = Counter()
         self.log: list[str] = []
+        self.enqueued: list[int] = []  # ids of the jobs the run enqueued, for the checker
         self._t0 = time.monotonic()
 
     @classmethod
