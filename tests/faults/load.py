@@ -142,20 +142,23 @@ class Fleet:
         wait_for(lambda: not victim.children(), timeout=15, message="the killed master's children")
         self.start(env=victim.fleet_env, wait=False)  # it comes up while the load goes on
 
-    def kill_child(self, busy_only: bool = True) -> bool:
-        """SIGKILL a child of a random master (one running a job, if any does)."""
-        m = self.pick_master()
-        kids = m.children()
-        busy = [p for p in kids if " job=" in title(p)]
-        pool = busy if busy_only and busy else kids
-        if not pool:
+    def kill_child(self) -> bool:
+        """SIGKILL a child running a job (waiting up to 15 s for one: a replacement master may
+        still be starting), of a master and child the seed picks."""
+        def busy() -> dict[int, list[int]]:
+            found = {m.pid: [p for p in m.children() if " job=" in title(p)] for m in self.live()}
+            return {pid: kids for pid, kids in found.items() if kids}
+        try:
+            candidates = wait_for(busy, timeout=15, interval=0.05, message="a busy child")
+        except TimeoutError:
             return False
-        victim = self.faults.pick(pool)
+        master = self.faults.pick(candidates)
+        victim = self.faults.pick(candidates[master])
         try:
             os.kill(victim, signal.SIGKILL)
         except ProcessLookupError:
             return False
-        self.faults.count("sigkill_child", f"pid={victim} of master {m.pid}")
+        self.faults.count("sigkill_child", f"pid={victim} of master {master}")
         return True
 
     def stderr(self) -> str:
