@@ -5,12 +5,23 @@ no lease is stuck past its TTL plus the reaper's period; no job started more tha
 max_attempts times; and each succeeded transactional job has its effects exactly once
 (one processed_effects row and, when the test keeps an ``effects`` table, one row there).
 Returns the violations; an empty list means nothing was lost.
+
+``after_faults`` is the stricter check the fault suite runs once its faults stopped: it waits
+(with a deadline) for every lease to be resolved within TTL plus the reaper period and every
+job to settle, and then also requires each job to end in a status the test intends (dead and
+cancelled jobs with a recorded reason) and, when the test keeps an append-only ``starts``
+record (one row per handler start), no job started more than max_attempts times by that
+record either.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from psycopg import sql
 from psycopg.rows import tuple_row
+
+from jobrun.testing import wait_for
 
 NOTHING_LOST = """
 SELECT 'pending at max attempts' AS problem, j.id FROM {schema}.jobs j
@@ -40,11 +51,127 @@ SELECT 'effect rows of unsucceeded job', e.job_id FROM {schema}.effects e
   JOIN {schema}.jobs j ON j.id = e.job_id WHERE j.status <> 'succeeded'
 """
 
+# After the faults: every job in a status the test intends; dead and cancelled ones with a
+# reason (an attempt row with an error, or a cancel that never started).
+SETTLED_AS_INTENDED = """
+UNION ALL
+SELECT 'lost (' || j.status || ')', j.id FROM {schema}.jobs j
+ WHERE NOT j.status = ANY(%(intended)s)
+UNION ALL
+SELECT 'dead without a reason', j.id FROM {schema}.jobs j
+ WHERE j.status = 'dead' AND NOT EXISTS (
+       SELECT 1 FROM {schema}.job_attempts a
+        WHERE a.job_id = j.id AND a.outcome <> 'succeeded' AND a.error IS NOT NULL)
+UNION ALL
+SELECT 'cancelled without a reason', j.id FROM {schema}.jobs j
+ WHERE j.status = 'cancelled' AND NOT j.cancel_requested
+UNION ALL
+SELECT 'lost (missing)', e.id FROM unnest(%(enqueued)s::bigint[]) AS e(id)
+ WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = e.id)
+"""
+
+# When the test keeps an append-only record of handler starts.
+STARTS_BOUNDED = """
+UNION ALL
+SELECT 'recorded starts beyond max_attempts', j.id FROM {schema}.jobs j
+ WHERE (SELECT count(*) FROM {schema}.starts s WHERE s.job_id = j.id) > j.max_attempts
+UNION ALL
+SELECT 'two starts under one lease token', s.job_id FROM {schema}.starts s
+ GROUP BY s.job_id, s.token HAVING count(*) > 1
+UNION ALL
+SELECT 'succeeded without a recorded start', j.id FROM {schema}.jobs j
+ WHERE j.status = 'succeeded' AND j.task = ANY(%(recorded)s)
+   AND NOT EXISTS (SELECT 1 FROM {schema}.starts s WHERE s.job_id = j.id)
+"""
+
+OPEN_LEASES = """
+SELECT count(*) FROM {schema}.jobs
+ WHERE status = 'leased' AND lease_expires_at < now() - make_interval(secs => %(period)s)
+"""
+
+UNSETTLED = "SELECT count(*) FROM {schema}.jobs WHERE status IN ('queued', 'leased')"
+
+FIGURES = """
+SELECT (SELECT count(*) FROM {schema}.jobs) AS jobs,
+       (SELECT count(*) FROM {schema}.jobs WHERE status = 'succeeded') AS succeeded,
+       (SELECT count(*) FROM {schema}.jobs WHERE status = 'dead') AS dead,
+       (SELECT count(*) FROM {schema}.jobs WHERE status = 'cancelled') AS cancelled,
+       (SELECT count(*) FROM {schema}.starts) AS starts,
+       (SELECT coalesce(sum(n - 1), 0)::bigint FROM (
+            SELECT count(*) AS n FROM {schema}.starts s JOIN {schema}.jobs j ON j.id = s.job_id
+             WHERE j.status = 'succeeded' GROUP BY s.job_id) d) AS duplicates
+"""
+
+
+def _exists(cur, schema: str, table: str) -> bool:
+    return cur.execute("SELECT to_regclass(%s) IS NOT NULL", [f'"{schema}".{table}']).fetchone()[0]
+
+
+def _run(conn, schema: str, text: str, params: dict) -> list:
+    cur = conn.cursor(row_factory=tuple_row)
+    query = sql.SQL(text).format(schema=sql.Identifier(schema))
+    return cur.execute(query, params).fetchall()
+
 
 def nothing_lost(conn, schema: str, *, transactional=("effect",), slack: float = 10.0) -> list:
     cur = conn.cursor(row_factory=tuple_row)
-    has_effects = cur.execute("SELECT to_regclass(%s) IS NOT NULL",
-                              [f'"{schema}".effects']).fetchone()[0]
-    text = NOTHING_LOST + (EFFECTS_ONCE if has_effects else "")
-    query = sql.SQL(text).format(schema=sql.Identifier(schema))
-    return cur.execute(query, {"slack": slack, "transactional": list(transactional)}).fetchall()
+    text = NOTHING_LOST + (EFFECTS_ONCE if _exists(cur, schema, "effects") else "")
+    return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional)})
+
+
+def violations(conn, schema: str, *, transactional=("effect",), recorded=("record", "effect"),
+               intended=("succeeded",), enqueued=(), slack: float = 10.0) -> list:
+    """Every rule above at once, for a run that is over: nothing_lost's, plus each job in an
+    ``intended`` status (dead/cancelled ones with a reason) and every ``enqueued`` id still in
+    the table, plus the ``starts`` record (if the schema has one) bounded by max_attempts.
+    Each violation is (problem, job id)."""
+    cur = conn.cursor(row_factory=tuple_row)
+    text = NOTHING_LOST + (EFFECTS_ONCE if _exists(cur, schema, "effects") else "")
+    text += SETTLED_AS_INTENDED
+    if _exists(cur, schema, "starts"):
+        text += STARTS_BOUNDED
+    return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional),
+                                     "recorded": list(recorded), "intended": list(intended),
+                                     "enqueued": list(enqueued)})
+
+
+@dataclass
+class Outcome:
+    """What ``after_faults`` found: the violations and the run's figures."""
+
+    violations: list
+    figures: dict = field(default_factory=dict)
+
+    def losses(self) -> int:
+        return sum(1 for problem, _ in self.violations if problem.startswith("lost"))
+
+
+def figures(conn, schema: str) -> dict:
+    if not _exists(conn.cursor(row_factory=tuple_row), schema, "starts"):
+        return {}
+    cur = conn.cursor()
+    cur.execute(sql.SQL(FIGURES).format(schema=sql.Identifier(schema)))
+    names = [c.name for c in cur.description]
+    return dict(zip(names, cur.fetchone()))
+
+
+def after_faults(conn, schema: str, *, ttl: float, reaper_period: float, settle: float = 60.0,
+                 slack: float = 5.0, **rules) -> Outcome:
+    """Once the faults stopped: wait for every expired lease to be resolved within TTL plus the
+    reaper period (plus ``slack``), then for every job to settle (up to ``settle`` s), then
+    check. A wait that times out is itself a violation ('lease stuck' / 'never settled'), so
+    the caller gets every problem at once instead of a bare timeout."""
+    found = []
+    try:
+        wait_for(lambda: _run(conn, schema, OPEN_LEASES, {"period": reaper_period + slack})[0][0] == 0,
+                 timeout=ttl + reaper_period + 2 * slack, interval=0.1,
+                 message="expired leases to be reaped")
+    except TimeoutError:
+        found.append(("lease stuck past TTL + reaper period", None))
+    try:
+        wait_for(lambda: _run(conn, schema, UNSETTLED, {})[0][0] == 0, timeout=settle,
+                 interval=0.1, message="every job to settle")
+    except TimeoutError:
+        found.append(("never settled", None))
+    found += violations(conn, schema, slack=ttl + reaper_period + slack, **rules)
+    return Outcome(found, figures(conn, schema))
