@@ -17,13 +17,13 @@ HTTP call, an e-mail) remains at-least-once.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Callable
 
 import psycopg
 from psycopg.rows import dict_row
 
+from jobrun import validate
 from jobrun.app import Job, TaskDef
 from jobrun.errors import LeaseLost
 from jobrun.sql import for_schema
@@ -59,7 +59,7 @@ class EffectRunner:
                 fresh = conn.execute(self.q.effect_claim,
                                      {"task": job.task, "key": key, "id": job.id}).fetchone()
                 value = task.fn(job, conn) if fresh else None
-                text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+                text = validate.result(value)
                 done = conn.execute(self.q.complete_transactional, {
                     "id": job.id, "token": job.token, "owner": owner, "host": self.host,
                     "pid": self.master_pid, "child": self.child, "result": text,
