@@ -15,6 +15,7 @@ _CONSTRAINT_MESSAGES = {
     "max_attempts_range": "max_attempts out of range (1 to 1000)",
     "idempotency_key_valid": "invalid idempotency key (1 to 255 characters)",
     "concurrency_positive": "concurrency must be positive",
+    "run_at_range": "run_at out of range: before year 10000 in UTC",
 }
 
 _SQLSTATE_ERRORS: dict[str, type[JobrunError]] = {
