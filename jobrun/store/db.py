@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import dict_row
 
-from jobrun.config import redact
+from jobrun.config import redact, redact_text
 from jobrun.errors import Conflict, DatabaseUnavailable, InvalidInput, JobrunError, UnknownQueue
 
 _CONSTRAINT_MESSAGES = {
@@ -32,7 +32,12 @@ def first_line(exc: BaseException) -> str:
 
 
 def translate(exc: psycopg.Error, dsn: str | None = None, schema: str | None = None) -> JobrunError:
-    """Map a psycopg error to the jobrun error a user should read."""
+    """Map a psycopg error to the jobrun error a user should read (never showing a password)."""
+    error = _translate(exc, dsn, schema)
+    return type(error)(redact_text(str(error), dsn))
+
+
+def _translate(exc: psycopg.Error, dsn: str | None, schema: str | None) -> JobrunError:
     state = getattr(exc, "sqlstate", None)
     diag = getattr(exc, "diag", None)
     if state in _SQLSTATE_ERRORS:
