@@ -240,9 +240,9 @@ class ChildRuntime:
                 signal.setitimer(signal.ITIMER_REAL, soft)
             with attempt_span(job.task, job.id, job.attempt, job.queue, traceparent):
                 if task.transactional:
-                    _, skipped = self.effects.run(task, job, owner, log_text)
-                    # Stored with the job's success: the master needs only the outcome.
-                    return {"outcome": SUCCEEDED, "recorded": True, "effects_skipped": skipped}
+                    text, skipped = self.effects.run(task, job, owner, log_text)
+                    return {"outcome": SUCCEEDED, "result": text, "recorded": True,
+                            "effects_skipped": skipped}
                 if task.is_async:
                     value = self._event_loop().run_until_complete(self._run_async(task, job))
                 else:
@@ -324,9 +324,10 @@ def encode_result(result: dict[str, Any]) -> bytes:
     if len(frame) - protocol.HEADER.size > protocol.MAX_FRAME:
         for name in ("result", "log", "traceback"):
             result.pop(name, None)
-        result.update(outcome=FAILED, recorded=False,
-                      error=f"the result frame is {len(frame)} bytes, over the frame limit of"
-                            f" {protocol.MAX_FRAME} bytes between child and master")
+        if not result.get("recorded"):  # a recorded success is stored already, result and all
+            result.update(outcome=FAILED,
+                          error=f"the result frame is {len(frame)} bytes, over the frame limit"
+                                f" of {protocol.MAX_FRAME} bytes between child and master")
         frame = protocol.encode(result)
     return frame
 
