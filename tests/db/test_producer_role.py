@@ -16,7 +16,7 @@ from jobrun.sql import for_schema
 
 @pytest.fixture
 def producer(pg_dsn, schema, admin_conn):
-    """A connection acting as a fresh role granted what docs/sql.md says producers need."""
+    """A connection acting as a fresh role granted what docs/concepts.md says producers need."""
     role = "producer_" + uuid.uuid4().hex[:8]
     s, r = sql.Identifier(schema), sql.Identifier(role)
     admin_conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(r))

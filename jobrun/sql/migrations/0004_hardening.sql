@@ -250,7 +250,7 @@ BEGIN
 END
 $$;
 
--- Producers need only USAGE on the schema and EXECUTE on these two (docs/sql.md): the
+-- Producers need only USAGE on the schema and EXECUTE on these two (docs/concepts.md): the
 -- functions write with their owner's rights, checking every value on the way.
 REVOKE EXECUTE ON FUNCTION {schema}.enqueue_many(text[], jsonb[], text[], integer[], timestamptz[], integer[], text[], text[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, bigint, timestamptz, interval, bigint, text, text) FROM PUBLIC;
