@@ -12,6 +12,9 @@ CREATE TABLE {schema}.settings (
 INSERT INTO {schema}.settings (name, value) VALUES ('max_payload_bytes', 1048576);
 
 -- Times PostgreSQL stores but Python (and most JSON clients) cannot read back are refused.
+-- Rows stored before (a far delay was accepted) move to the last time that can be read:
+-- they were never going to run either way, and now list and get can show them.
+UPDATE {schema}.jobs SET run_at = '9999-12-31 23:59:59+00' WHERE run_at >= '10000-01-01 00:00:00+00';
 ALTER TABLE {schema}.jobs
     ADD CONSTRAINT run_at_range CHECK (run_at < '10000-01-01 00:00:00+00');
 
