@@ -9,10 +9,8 @@ import os
 import signal
 import time
 
-import psycopg
 import pytest
 from psycopg import sql
-from psycopg.rows import dict_row
 
 from jobrun.testing import wait_for
 from tests.masterproc import MasterProcess, title
@@ -23,27 +21,19 @@ REAPER_PERIOD = TTL / 3  # the master's reaper runs every TTL/3 (between 0.5 and
 ARGS = ("-c", "1", "--poll-interval", "0.1", "--lease-ttl", str(TTL), "--grace", "5")
 
 
-@pytest.fixture
-def conn(pg_dsn, schema):
-    with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as c:
-        c.execute(sql.SQL("CREATE TABLE {} (job_id bigint NOT NULL, pid integer NOT NULL)")
-                  .format(sql.Identifier(schema, "effects")))
-        yield c
-
-
-def _job(conn, schema, job_id):
-    return conn.execute(sql.SQL("SELECT * FROM {} WHERE id = %s").format(
-        sql.Identifier(schema, "jobs")), [job_id]).fetchone()
-
-
-def _effects(conn, schema, job_id):
-    return conn.execute(sql.SQL("SELECT * FROM {} WHERE job_id = %s").format(
-        sql.Identifier(schema, "effects")), [job_id]).fetchall()
+def _state(conn, schema, job_id) -> dict:
+    """The job's status and attempts, and the pids that committed an effect for it."""
+    return conn.execute(sql.SQL(
+        "SELECT j.status, j.attempts, array(SELECT e.pid FROM {} e WHERE e.job_id = j.id) AS pids"
+        " FROM {} j WHERE j.id = %s").format(sql.Identifier(schema, "effects"),
+                                             sql.Identifier(schema, "jobs")), [job_id]).fetchone()
 
 
 @pytest.mark.parametrize("freeze_child", [False, True], ids=["master", "master+child"])
-def test_successor_finishes_despite_a_frozen_transactional_holder(db_env, tmp_path, client, conn,
-                                                                   schema, freeze_child):
+def test_successor_finishes_despite_a_frozen_transactional_holder(db_env, tmp_path, client,
+                                                                   effects_conn, schema,
+                                                                   freeze_child):
+    conn = effects_conn
     a = MasterProcess(db_env, tmp_path, *ARGS, app=APP)
     b = MasterProcess(db_env, tmp_path, *ARGS, app=APP)
     with a:
@@ -66,13 +56,12 @@ def test_successor_finishes_despite_a_frozen_transactional_holder(db_env, tmp_pa
             frozen_at = time.monotonic()
             try:
                 budget = TTL + REAPER_PERIOD + 8.0  # run time ~0, and slack for a busy machine
-                row = wait_for(lambda: (r := _job(conn, schema, job_id))["status"] == "succeeded" and r,
+                row = wait_for(lambda: (r := _state(conn, schema, job_id))["status"] == "succeeded" and r,
                                timeout=budget + 20, message="B to finish the job")
                 took = time.monotonic() - frozen_at
                 print(f"successor finished {took:.1f} s after the freeze")
                 assert took < budget, f"took {took:.1f} s, budget {budget:.1f} s"
-                done = _effects(conn, schema, job_id)
-                assert len(done) == 1 and done[0]["pid"] != child_a
+                assert len(row["pids"]) == 1 and row["pids"][0] != child_a
                 assert row["attempts"] == 2
                 assert "lease.session_ended" in b.stderr()
             finally:
@@ -82,4 +71,4 @@ def test_successor_finishes_despite_a_frozen_transactional_holder(db_env, tmp_pa
         # A's transaction is gone: no session of the test database is left inside one.
         assert conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE state = 'idle in transaction'"
                             " AND datname = current_database()").fetchone()["n"] == 0
-        assert len(_effects(conn, schema, job_id)) == 1
+        assert len(_state(conn, schema, job_id)["pids"]) == 1
