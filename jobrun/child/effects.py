@@ -80,10 +80,11 @@ class EffectRunner:
                                      {"task": job.task, "key": key, "id": job.id}).fetchone()
                 value = task.fn(job, conn) if fresh else None
                 text = validate.result(value)
+                log = log_text()
                 done = conn.execute(self.q.complete_transactional, {
                     "id": job.id, "token": job.token, "owner": owner, "host": self.host,
                     "pid": self.master_pid, "child": self.child, "result": text,
-                    "log": log_text()}).fetchone()
+                    "log": validate.escape_surrogates(log) if log else log}).fetchone()
                 if done is None:
                     raise LeaseLost()
             return text, not fresh
