@@ -27,6 +27,8 @@ def server():
     try:
         yield srv
     finally:
+        # Let connections still being answered (or drained) end before the loop closes.
+        wait_for(lambda: srv._open == 0, timeout=10, message="connections to end")
         asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
