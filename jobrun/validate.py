@@ -25,8 +25,9 @@ MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX = 1, 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # JSON shape limits, for payloads and results alike (the SQL enqueue functions check the same
 # numbers): containers nested at most MAX_DEPTH deep (Python's parser gives up near 1,000,
-# PostgreSQL's jsonb accepts far more), numbers written with at most MAX_NUMBER_DIGITS digits
-# (Python refuses to convert longer integers: sys.get_int_max_str_digits()).
+# PostgreSQL's jsonb accepts far more), integers of at most MAX_NUMBER_DIGITS digits (Python
+# refuses to convert longer ones: sys.get_int_max_str_digits(); PostgreSQL writes 1e5000 as
+# an integer of 5,001 digits, so the SQL functions refuse any number of that magnitude).
 MAX_DEPTH = 100
 MAX_NUMBER_DIGITS = 4300
 # Times (run_at, now + delay) stay before year 10000: PostgreSQL stores far later ones, but
@@ -198,8 +199,7 @@ def payload(obj: Any, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
 def payload_text(text: str, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Check JSON text given by a user (the CLI) and return it normalised."""
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int,
-                         parse_float=_parse_float)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"payload is not valid JSON: {exc}") from None
     except RecursionError:
@@ -207,18 +207,11 @@ def payload_text(text: str, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     return payload(obj, limit)
 
 
-def _digits(number: str) -> str:
-    if len(number) > MAX_NUMBER_DIGITS and sum(c.isdigit() for c in number) > MAX_NUMBER_DIGITS:
-        raise InvalidInput(f"payload holds a number of more than {MAX_NUMBER_DIGITS} digits")
-    return number
-
-
 def _parse_int(number: str) -> int:
-    return int(_digits(number))
-
-
-def _parse_float(number: str) -> float:
-    return float(_digits(number))
+    # Only integers fail to convert; a float too large becomes inf, refused when encoded.
+    if len(number.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise InvalidInput(f"payload holds a number of more than {MAX_NUMBER_DIGITS} digits")
+    return int(number)
 
 
 def _reject_constant(name: str) -> Any:

@@ -130,11 +130,17 @@ def test_sql_error_shows_a_bad_name_short_and_printable(admin_conn, schema):
 
 
 def test_sql_allows_the_limits_themselves(admin_conn, schema):
-    deep = "[" * 100 + "]" * 100
-    number = "9" * 4300
-    admin_conn.execute(f"SELECT * FROM {schema}.enqueue('t', %s::jsonb)", [deep])
-    admin_conn.execute(f"SELECT * FROM {schema}.enqueue('t', %s::jsonb)", [number])
-    assert count(admin_conn, schema) == 2
+    allowed = ["[" * 100 + "]" * 100, "9" * 4300, "-" + "9" * 4300, "0." + "0" * 5000 + "1",
+               '{"a": "' + "[" * 5000 + '"}']
+    for text in allowed:
+        admin_conn.execute(f"SELECT * FROM {schema}.enqueue('t', %s::jsonb)", [text])
+    assert count(admin_conn, schema) == len(allowed)
+    for text in ["[" * 101 + "]" * 101, '{"a": ' * 101 + "1" + "}" * 101, "1e4300",
+                 "-" + "1" * 4301]:
+        with pytest.raises(psycopg.Error) as info:
+            admin_conn.execute(f"SELECT * FROM {schema}.enqueue('t', %s::jsonb)", [text])
+        assert info.value.sqlstate == "JR001", text[:20]
+    assert count(admin_conn, schema) == len(allowed)
 
 
 # --- CLI ------------------------------------------------------------------------------
