@@ -8,7 +8,8 @@ drive these generators with their own connection type, so the two clients cannot
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 import json
 from datetime import datetime, timedelta
 from typing import Any, Generator, Iterable, Sequence
@@ -38,12 +39,8 @@ def _when(run_at: datetime | None, delay: float | str | None) -> tuple[datetime 
     if run_at is not None and delay is not None:
         raise InvalidInput("give run_at or delay, not both")
     if run_at is not None:
-        if not isinstance(run_at, datetime):
-            raise InvalidInput(f"run_at must be a datetime, not {type(run_at).__name__}")
-        if run_at.tzinfo is None:
-            raise InvalidInput("run_at must be timezone-aware (naive datetimes are ambiguous)")
-        return run_at, None
-    return None, (validate.duration(delay) if delay is not None else None)
+        return validate.run_at(run_at), None
+    return None, (validate.delay(delay) if delay is not None else None)
 
 
 def _undeclared(queue: str) -> UnknownQueue:
@@ -99,6 +96,27 @@ def _item_options(spec: JobSpec) -> tuple:
     return queue, priority, when, limit, key
 
 
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
+def _spec(n: int, item: Any) -> JobSpec:
+    """An item of enqueue_many as a JobSpec: a JobSpec, a tuple or list of its fields in
+    order, or a mapping of its fields by name; anything else is refused, naming the item."""
+    if isinstance(item, JobSpec):
+        return item
+    if isinstance(item, Mapping):
+        unknown = sorted(str(k) for k in item if k not in _SPEC_FIELDS)
+        if unknown or "task" not in item:
+            what = f"unknown field {unknown[0]!r}" if unknown else "no 'task'"
+            raise InvalidInput(f"job {n}: a mapping item has {what}"
+                               f" (fields: {', '.join(_SPEC_FIELDS)})")
+        return JobSpec(**item)
+    if isinstance(item, (tuple, list)) and 1 <= len(item) <= len(_SPEC_FIELDS):
+        return JobSpec(*item)
+    raise InvalidInput(f"job {n}: an item is a JobSpec, a (task, payload) tuple or a mapping"
+                       f" of JobSpec fields, not {type(item).__name__}")
+
+
 def _column(options: dict[int, tuple], field: int, default: Any, count: int) -> list | None:
     """One option for every item (the call's default where an item sets none), or None when
     no item sets it."""
@@ -127,7 +145,7 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
             task, body = item
             spec = None
         else:
-            spec = item if isinstance(item, JobSpec) else JobSpec(*item)
+            spec = _spec(n, item)
             task, body = spec.task, spec.payload
         try:
             if type(task) is not str or task not in checked:

@@ -47,6 +47,27 @@ def decode(body: bytes) -> dict[str, Any]:
     return json.loads(body)
 
 
+_PAYLOAD_KEY = b',"payload":'
+
+
+def decode_job(body: bytes) -> tuple[dict[str, Any], str | None]:
+    """Decode a frame; for a job frame whose payload Python cannot decode (PostgreSQL stored
+    JSON nested too deep for the parser, or an integer too long to convert), the header
+    alone and a one-line reason, so the child can fail that job instead of dying.
+
+    The payload is spliced in last by ``job_frame``; the first ``,"payload":`` is its key,
+    since inside a JSON string every '"' is escaped."""
+    try:
+        return decode(body), None
+    except (ValueError, RecursionError) as exc:
+        at = body.find(_PAYLOAD_KEY)
+        if at < 0:
+            raise
+        header = decode(body[:at] + b"}")
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return header, reason.splitlines()[0][:300]
+
+
 class FrameReader:
     """Incremental frame parser for a non-blocking stream."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime, timezone
 from typing import Any
 
 from jobrun.errors import InvalidInput
@@ -22,6 +23,16 @@ KEY_MAX = 255
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX = 1, 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+# JSON shape limits, for payloads and results alike (the SQL enqueue functions check the same
+# numbers): containers nested at most MAX_DEPTH deep (Python's parser gives up near 1,000,
+# PostgreSQL's jsonb accepts far more), integers of at most MAX_NUMBER_DIGITS digits (Python
+# refuses to convert longer ones: sys.get_int_max_str_digits(); PostgreSQL writes 1e5000 as
+# an integer of 5,001 digits, so the SQL functions refuse any number of that magnitude).
+MAX_DEPTH = 100
+MAX_NUMBER_DIGITS = 4300
+# Times (run_at, now + delay) stay before year 10000: PostgreSQL stores far later ones, but
+# neither Python nor JSON clients read them back. A delay is at most MAX_DELAY seconds.
+MAX_DELAY = 100 * 366 * 86400.0
 
 TASK_RULE = "a letter or _, then letters, digits, '_', '.', ':' or '-'; at most 200 characters"
 QUEUE_RULE = "a letter or digit, then letters, digits, '_', '.' or '-'; at most 63 characters"
@@ -104,6 +115,55 @@ def _has_nul(obj: Any) -> bool:
     return False
 
 
+def escape_surrogates(text: str) -> str:
+    """Text made valid UTF-8: a lone surrogate (os.listdir's escape for an undecodable byte)
+    is written as its backslash escape."""
+    return text.encode("utf-8", "backslashreplace").decode()
+
+
+def _too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, (list, tuple)):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _check_depth(text: str, obj: Any, what: str) -> None:
+    # Counting brackets in the text is fast; only a text with enough of them needs the walk.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(obj):
+        raise InvalidInput(f"{what} nested deeper than {MAX_DEPTH} levels")
+
+
+def _encode_checked(obj: Any, what: str) -> str:
+    try:
+        text = _encode(obj)
+    except RecursionError:
+        raise InvalidInput(f"{what} nested deeper than {MAX_DEPTH} levels") from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from None
+    _check_depth(text, obj, what)
+    return text
+
+
+def result(value: Any) -> str:
+    """Encode a handler's return value to the JSON text stored as the attempt's result."""
+    text = _encode_checked(value, "a value")
+    if "\\u0000" in text and _has_nul(value):
+        raise InvalidInput("a value holding a NUL character")
+    if not text.isascii() and not _utf8_ok(text):
+        raise InvalidInput("a value holding a lone surrogate, which is not valid UTF-8")
+    return text
+
+
 def _check_encoded(text: str, obj: Any, limit: int) -> str:
     # json.dumps writes NUL as \u0000; only then is the (slower) walk needed to tell a real
     # NUL from an escaped backslash followed by "u0000".
@@ -133,24 +193,50 @@ _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=
 
 def payload(obj: Any, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Encode a Python payload to the JSON text stored in jobs.payload."""
-    try:
-        text = _encode(obj)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from None
-    return _check_encoded(text, obj, limit)
+    return _check_encoded(_encode_checked(obj, "payload"), obj, limit)
 
 
 def payload_text(text: str, limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Check JSON text given by a user (the CLI) and return it normalised."""
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"payload is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput(f"payload nested deeper than {MAX_DEPTH} levels") from None
     return payload(obj, limit)
+
+
+def _parse_int(number: str) -> int:
+    # Only integers fail to convert; a float too large becomes inf, refused when encoded.
+    if len(number.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise InvalidInput(f"payload holds a number of more than {MAX_NUMBER_DIGITS} digits")
+    return int(number)
 
 
 def _reject_constant(name: str) -> Any:
     raise InvalidInput(f"payload is not valid JSON: {name} is not a JSON value")
+
+
+def delay(value: Any) -> float:
+    """A delay in seconds (see ``duration``), at most MAX_DELAY."""
+    secs = duration(value)
+    if secs > MAX_DELAY:
+        raise InvalidInput(f"invalid delay {_show(value)}: at most 100 years")
+    return secs
+
+
+def run_at(value: Any) -> datetime:
+    """A timezone-aware datetime that is a valid time in UTC (before year 10000)."""
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"run_at must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput("run_at must be timezone-aware (naive datetimes are ambiguous)")
+    try:
+        value.astimezone(timezone.utc)
+    except OverflowError:
+        raise InvalidInput(f"run_at {value.isoformat()} is out of range: from year 1 to 9999 in UTC") from None
+    return value
 
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")

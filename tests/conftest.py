@@ -125,3 +125,15 @@ def master(db_env, tmp_path):
     yield start
     for m in started:
         m.kill_tree()
+
+
+@pytest.fixture
+def effects_conn(pg_dsn, schema):
+    """An autocommit dict-row connection, with the ``<schema>.effects`` table that the
+    transactional tasks of tests/apps/leaseapp.py write to."""
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as c:
+        c.execute(sql.SQL("CREATE TABLE {} (job_id bigint NOT NULL, pid integer NOT NULL)")
+                  .format(sql.Identifier(schema, "effects")))
+        yield c

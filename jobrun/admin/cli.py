@@ -27,6 +27,7 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from setproctitle import setproctitle
 
 from jobrun import __version__, config
 from jobrun.store import db
@@ -483,6 +484,8 @@ def _one_line(text: str) -> str:
 
 
 def main() -> None:
+    # `jobrun top --dsn URL` runs for long: keep a password out of `ps` from the start.
+    setproctitle(config.title_without_secrets(["jobrun", *sys.argv[1:]]))
     try:
         app(prog_name="jobrun")
     except JobrunError as exc:

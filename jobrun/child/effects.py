@@ -17,21 +17,26 @@ HTTP call, an e-mail) remains at-least-once.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Callable
 
 import psycopg
 from psycopg.rows import dict_row
 
+from jobrun import validate
 from jobrun.app import Job, TaskDef
 from jobrun.errors import LeaseLost
 from jobrun.sql import for_schema
 
 
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 10, 5, 3  # seconds, seconds, probes
+
+
 class EffectRunner:
-    def __init__(self, dsn: str | None, schema: str, host: str, master_pid: int, child: int) -> None:
+    def __init__(self, dsn: str | None, schema: str, host: str, master_pid: int, child: int,
+                 idle_timeout: float = 300.0) -> None:
         self.dsn = dsn
+        self.idle_timeout = idle_timeout
         self.q = for_schema(schema)
         self.host = host
         self.master_pid = master_pid
@@ -42,7 +47,17 @@ class EffectRunner:
         if self._conn is None or self._conn.closed or self._conn.broken:
             if not self.dsn:
                 raise RuntimeError("transactional task: the child has no database URL")
-            self._conn = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row)
+            # Client-side keepalives notice a dead server; the server-side ones and the idle
+            # timeout let PostgreSQL end this session when this process is cut off or frozen
+            # (the reaper ends it sooner, once the lease expired: see record_handler_session).
+            conn = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row,
+                                   keepalives=1, keepalives_idle=KEEPALIVE_IDLE,
+                                   keepalives_interval=KEEPALIVE_INTERVAL,
+                                   keepalives_count=KEEPALIVE_COUNT)
+            conn.execute(self.q.handler_session_settings, {
+                "idle": f"{int(self.idle_timeout * 1000)}ms", "keepidle": str(KEEPALIVE_IDLE),
+                "keepinterval": str(KEEPALIVE_INTERVAL), "keepcount": str(KEEPALIVE_COUNT)})
+            self._conn = conn
         return self._conn
 
     def run(self, task: TaskDef, job: Job, owner: str,
@@ -55,15 +70,21 @@ class EffectRunner:
         conn = self._connection()
         key = job.idempotency_key or str(job.id)
         try:
+            # Committed before the transaction starts, so the reaper sees which session to end
+            # should this attempt's lease expire while its transaction is still open.
+            if conn.execute(self.q.record_handler_session,
+                            {"id": job.id, "token": job.token, "owner": owner}).fetchone() is None:
+                raise LeaseLost()
             with conn.transaction():
                 fresh = conn.execute(self.q.effect_claim,
                                      {"task": job.task, "key": key, "id": job.id}).fetchone()
                 value = task.fn(job, conn) if fresh else None
-                text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+                text = validate.result(value)
+                log = log_text()
                 done = conn.execute(self.q.complete_transactional, {
                     "id": job.id, "token": job.token, "owner": owner, "host": self.host,
                     "pid": self.master_pid, "child": self.child, "result": text,
-                    "log": log_text()}).fetchone()
+                    "log": validate.escape_surrogates(log) if log else log}).fetchone()
                 if done is None:
                     raise LeaseLost()
             return text, not fresh
@@ -81,6 +102,12 @@ class EffectRunner:
 def from_environment(master_pid: int, child: int) -> EffectRunner:
     import socket
 
+    # A transaction left idle this long (a handler stuck between statements, or its process
+    # frozen) is ended by the server: at least a minute, and longer with longer leases.
+    try:
+        ttl = float(os.environ.get("JOBRUN_LEASE_TTL") or 30)
+    except ValueError:
+        ttl = 30.0
     return EffectRunner(os.environ.get("JOBRUN_DATABASE_URL"),
                         os.environ.get("JOBRUN_SCHEMA", "jobrun"), socket.gethostname(),
-                        master_pid, child)
+                        master_pid, child, idle_timeout=max(60.0, 2 * ttl))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -29,11 +28,11 @@ from typing import Any, Callable
 
 from setproctitle import setproctitle
 
-from jobrun import protocol
+from jobrun import protocol, validate
 from jobrun.app import App, Job, TaskDef, load_app
 from jobrun.child.capture import LogCapture
 from jobrun.child.effects import EffectRunner, from_environment
-from jobrun.errors import Cancelled, LeaseLost, Permanent, Retry, SoftTimeLimit
+from jobrun.errors import Cancelled, InvalidInput, LeaseLost, Permanent, Retry, SoftTimeLimit
 from jobrun.tracing import attempt_span
 from jobrun.policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, run_time_average, should_recycle
 
@@ -174,7 +173,7 @@ class ChildRuntime:
                     return
                 frames.extend(reader.feed(data))
                 continue
-            frame = protocol.decode(frames.popleft())
+            frame, undecodable = protocol.decode_job(frames.popleft())
             if frame.get("t") == "stop":
                 self.flush()
                 return
@@ -186,7 +185,9 @@ class ChildRuntime:
                                or time.monotonic() - self._held_since >= HOLD_RESULTS):
                 self.flush()
             started = time.monotonic()
-            result = self.run(frame)
+            result = self.run(frame) if undecodable is None else {
+                "outcome": FAILED, "permanent": True,
+                "error": f"payload cannot be decoded: {undecodable}"}
             done = time.monotonic()
             self._took[task] = run_time_average(took, done - started)
             self.tasks_done += 1
@@ -197,7 +198,7 @@ class ChildRuntime:
             result.update(t="result", id=frame["id"], token=frame["token"], rss=rss, recycle=recycle)
             if not self._held:
                 self._held_since = done
-            self._held.append(protocol.encode(result))
+            self._held.append(encode_result(result))
             if recycle:
                 self.flush()
                 return
@@ -259,12 +260,9 @@ class ChildRuntime:
             if soft:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         try:
-            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            return {"outcome": FAILED, "error": f"handler returned a value that is not JSON: {exc}"}
-        if "\\u0000" in text:
-            return {"outcome": FAILED, "error": "handler returned a value holding a NUL character"}
-        return {"outcome": SUCCEEDED, "result": text}
+            return {"outcome": SUCCEEDED, "result": validate.result(value)}
+        except InvalidInput as exc:
+            return {"outcome": FAILED, "error": f"handler returned {exc}"}
 
     async def _run_async(self, task: TaskDef, job: Job) -> Any:
         self._async_task = asyncio.current_task()
@@ -293,11 +291,45 @@ class ChildRuntime:
 
     @staticmethod
     def _failure(exc: BaseException, permanent: bool = False) -> dict[str, Any]:
-        line = f"{type(exc).__name__}: {exc}".strip()
+        try:
+            text = str(exc)
+        except BaseException as err:  # noqa: BLE001 - a handler's exception may not print
+            text = f"<exception str() failed: {type(err).__name__}>"
+        line = f"{type(exc).__name__}: {text}".strip()
+        try:
+            trace = traceback.format_exc()
+        except BaseException:  # noqa: BLE001 - nor format
+            trace = ""
         return {"outcome": FAILED, "permanent": permanent, "error": line[:2000],
-                "traceback": traceback.format_exc()[-MAX_TRACEBACK:]}
+                "traceback": trace[-MAX_TRACEBACK:]}
 
     app_spec = "?"
+
+
+# Text fields of a result that hold what the handler wrote (messages, logs, tracebacks).
+_TEXT_FIELDS = ("error", "traceback", "log")
+
+
+def encode_result(result: dict[str, Any]) -> bytes:
+    """The result frame, always sendable: a lone surrogate in a message, traceback or log (a
+    file name from os.listdir, say) is written as its escape, and a result too large for one
+    frame becomes a failed attempt that says so."""
+    try:
+        frame = protocol.encode(result)
+    except UnicodeEncodeError:
+        for name in _TEXT_FIELDS:
+            if isinstance(result.get(name), str):
+                result[name] = validate.escape_surrogates(result[name])
+        frame = protocol.encode(result)
+    if len(frame) - protocol.HEADER.size > protocol.MAX_FRAME:
+        for name in ("result", "log", "traceback"):
+            result.pop(name, None)
+        if not result.get("recorded"):  # a recorded success is stored already, result and all
+            result.update(outcome=FAILED,
+                          error=f"the result frame is {len(frame)} bytes, over the frame limit"
+                                f" of {protocol.MAX_FRAME} bytes between child and master")
+        frame = protocol.encode(result)
+    return frame
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -240,11 +240,11 @@ UPDATE {schema}.jobs j
 RETURNING j.id, j.cancel_requested
 
 -- name: reap_expired
--- Requeue (with backoff), kill or cancel up to `limit` jobs whose lease expired, each guarded by the token read.
+-- Requeue (with backoff), kill or cancel up to `limit` jobs whose lease expired (or that are leased with no expiry, which no claim writes), each guarded by the token read.
 WITH x AS (
     SELECT id, lease_token, lease_owner FROM {schema}.jobs
-     WHERE status = 'leased' AND lease_expires_at < now()
-     ORDER BY lease_expires_at
+     WHERE status = 'leased' AND (lease_expires_at < now() OR lease_expires_at IS NULL)
+     ORDER BY lease_expires_at NULLS FIRST
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 ), upd AS (

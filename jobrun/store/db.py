@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import dict_row
 
-from jobrun.config import redact
+from jobrun.config import redact, redact_text
 from jobrun.errors import Conflict, DatabaseUnavailable, InvalidInput, JobrunError, UnknownQueue
 
 _CONSTRAINT_MESSAGES = {
@@ -18,6 +18,7 @@ _CONSTRAINT_MESSAGES = {
     "schedule_name_valid": "invalid schedule name",
     "catch_up_valid": "catch_up must be latest, all or none",
     "window_ordered": "a schedule's window must end after it starts",
+    "run_at_range": "run_at out of range: before year 10000 in UTC",
 }
 
 _SQLSTATE_ERRORS: dict[str, type[JobrunError]] = {
@@ -34,7 +35,12 @@ def first_line(exc: BaseException) -> str:
 
 
 def translate(exc: psycopg.Error, dsn: str | None = None, schema: str | None = None) -> JobrunError:
-    """Map a psycopg error to the jobrun error a user should read."""
+    """Map a psycopg error to the jobrun error a user should read (never showing a password)."""
+    error = _translate(exc, dsn, schema)
+    return type(error)(redact_text(str(error), dsn))
+
+
+def _translate(exc: psycopg.Error, dsn: str | None, schema: str | None) -> JobrunError:
     state = getattr(exc, "sqlstate", None)
     diag = getattr(exc, "diag", None)
     if state in _SQLSTATE_ERRORS:

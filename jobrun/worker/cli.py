@@ -9,12 +9,28 @@ be imported (so a supervisor such as systemd does not restart it in a loop).
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
-from typing import Optional
+import sys
 
-import typer
+from setproctitle import setproctitle
+
+from jobrun.config import title_without_secrets
+
+
+def hide_secrets_in_title() -> None:
+    """Retitle the process at once: its command line (``ps``) may hold --dsn with a password,
+    and start-up (imports, migrations) takes a while before the master sets its own title."""
+    setproctitle(title_without_secrets(["jobrun-master", *sys.argv[1:]]))
+
+
+if __name__ == "__main__" or sys.argv[0].endswith("jobrun-master"):
+    hide_secrets_in_title()
+
+import asyncio  # noqa: E402 - after the title is safe
+import logging  # noqa: E402
+import os  # noqa: E402
+from typing import Optional  # noqa: E402
+
+import typer  # noqa: E402
 
 from jobrun import config
 from jobrun.store import db
@@ -117,6 +133,7 @@ def run(
 
 
 def main() -> None:
+    hide_secrets_in_title()
     cli(prog_name="jobrun-master")
 
 

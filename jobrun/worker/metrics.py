@@ -17,7 +17,6 @@ import ipaddress
 import json
 import logging
 import platform
-import socket
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -125,10 +124,28 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+class _Refused(Exception):
+    """A request refused before it was read whole: the status to answer, the reason to log."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
 class HttpServer(Service):
-    """A small HTTP/1.1 server: GET /metrics, /healthz, /readyz; anything else 404."""
+    """A small HTTP/1.1 server: GET /metrics, /healthz, /readyz; anything else 404.
+
+    A request must arrive whole within ``request_timeout`` (idle and trickling clients are cut
+    off), with a request line and headers of at most ``MAX_LINE`` bytes each and ``MAX_HEAD``
+    in all (else 400 or 431); at most ``max_connections`` are served at once (else 503).
+    """
 
     name = "http"
+    MAX_LINE = 8 * 1024
+    MAX_HEAD = 32 * 1024
+    request_timeout = 10.0
+    write_timeout = 10.0
+    max_connections = 64
 
     def __init__(self, host: str, port: int, metrics: Metrics,
                  health: Callable[[], dict], ready: Callable[[], bool]) -> None:
@@ -140,11 +157,12 @@ class HttpServer(Service):
         self.bound: tuple[str, int] | None = None
         self._server: asyncio.base_events.Server | None = None
         self._started = asyncio.Event()
+        self._open = 0
 
     async def _run(self) -> None:
         try:
             self._server = await asyncio.start_server(self._handle, self.host, self.port,
-                                                      reuse_address=True)
+                                                      reuse_address=True, limit=self.MAX_LINE)
         except OSError as exc:
             event(log, logging.ERROR, "metrics.bind_failed", addr=f"{self.host}:{self.port}",
                   error=str(exc))
@@ -162,32 +180,82 @@ class HttpServer(Service):
     async def started(self) -> None:
         await self._started.wait()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read_head(self, reader: asyncio.StreamReader) -> list[str]:
+        """The request line split in words; the headers are read and skipped."""
         try:
-            request = await asyncio.wait_for(reader.readline(), 5)
-            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
-                pass
-            parts = request.decode("latin-1").split()
-            path = parts[1].split("?")[0] if len(parts) >= 2 else ""
-            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
-            elif path == "/healthz":
-                report = self.health()
-                status = "200 OK" if report.get("ok") else "503 Service Unavailable"
-                ctype, body = "application/json", json.dumps(report).encode() + b"\n"
-            elif path == "/readyz":
-                ok = self.ready()
-                status = "200 OK" if ok else "503 Service Unavailable"
-                ctype, body = "text/plain", b"ready\n" if ok else b"not ready\n"
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
-            head = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-            writer.write(head + (body if parts and parts[0] != "HEAD" else b""))
-            await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, socket.error):
-            pass
+            request = await reader.readline()
+        except ValueError:  # over the stream's line limit
+            raise _Refused("400 Bad Request", f"request line over {self.MAX_LINE} bytes") from None
+        size = len(request)
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:
+                raise _Refused("431 Request Header Fields Too Large",
+                               f"header line over {self.MAX_LINE} bytes") from None
+            size += len(line)
+            if size > self.MAX_HEAD:
+                raise _Refused("431 Request Header Fields Too Large",
+                               f"headers over {self.MAX_HEAD} bytes")
+            if line in (b"\r\n", b"\n", b""):
+                return request.decode("latin-1").split()
+
+    def _respond(self, parts: list[str]) -> tuple[str, str, bytes]:
+        path = parts[1].split("?")[0] if len(parts) >= 2 else ""
+        if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"GET only\n"
+        if path == "/metrics":
+            return "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
+        if path == "/healthz":
+            report = self.health()
+            status = "200 OK" if report.get("ok") else "503 Service Unavailable"
+            return status, "application/json", json.dumps(report).encode() + b"\n"
+        if path == "/readyz":
+            ok = self.ready()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            return status, "text/plain", b"ready\n" if ok else b"not ready\n"
+        return "404 Not Found", "text/plain", b"not found\n"
+
+    async def _write(self, writer: asyncio.StreamWriter, status: str, ctype: str, body: bytes,
+                     with_body: bool = True) -> None:
+        head = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        writer.write(head + (body if with_body else b""))
+        await asyncio.wait_for(writer.drain(), self.write_timeout)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open += 1
+        try:
+            if self._open > self.max_connections:
+                event(log, logging.WARNING, "metrics.refused", reason="too many connections",
+                      limit=self.max_connections)
+                await self._write(writer, "503 Service Unavailable", "text/plain", b"busy\n")
+                return
+            try:
+                parts = await asyncio.wait_for(self._read_head(reader), self.request_timeout)
+            except _Refused as refused:
+                event(log, logging.WARNING, "metrics.bad_request", status=refused.status[:3],
+                      reason=str(refused))
+                await self._write(writer, refused.status, "text/plain", f"{refused}\n".encode())
+                await self._discard(reader, writer)
+                return
+            status, ctype, body = self._respond(parts)
+            await self._write(writer, status, ctype, body, with_body=bool(parts) and parts[0] != "HEAD")
+        except (asyncio.TimeoutError, ConnectionError, OSError):
+            pass  # an idle, slow or vanished client: just close
         finally:
+            self._open -= 1
             writer.close()
+
+    async def _discard(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read (and drop) what the client is still sending, briefly, after answering: closing
+        with unread data resets the connection, and the client would lose the answer."""
+        if writer.can_write_eof():
+            writer.write_eof()
+        try:
+            async with asyncio.timeout(1.0):
+                for _ in range(256):  # at most 256 reads of the stream's buffer
+                    if not await reader.read(64 * 1024):
+                        break
+        except (asyncio.TimeoutError, ConnectionError, OSError):
+            pass

@@ -1,6 +1,8 @@
 """The reaper: every master runs it; many at once are safe.
 
-Leases past their expiry on the database clock go back to ``queued`` with backoff (or
+A transactional attempt's database session whose lease expired is ended first (its open
+transaction may hold the effect key a successor needs). Leases past their expiry on the
+database clock go back to ``queued`` with backoff (or
 ``dead`` when attempts are spent, ``cancelled`` when cancel was requested), each guarded by
 the token it read, with a ``lease_expired`` attempt row. It also purges finished jobs older
 than the retention period, in small batches so no lock is held for long.
@@ -74,7 +76,17 @@ class Reaper(Service):
             if conn is not None:
                 await conn.close()
 
+    async def end_stale_sessions(self, conn: psycopg.AsyncConnection) -> None:
+        """End the sessions of transactional attempts whose lease expired: a frozen holder's
+        open transaction keeps its effect key locked, and the successor would wait on it."""
+        cur = await conn.execute(self.q.end_stale_handler_sessions)
+        ended = await cur.fetchall()
+        if ended:
+            event(log, logging.WARNING, "lease.session_ended", jobs=[r["job_id"] for r in ended],
+                  backends=[r["pid"] for r in ended])
+
     async def reap(self, conn: psycopg.AsyncConnection) -> int:
+        await self.end_stale_sessions(conn)
         total = 0
         while True:
             cur = await conn.execute(self.q.reap_expired, {

@@ -46,3 +46,14 @@ def sleepy(job: jobrun.Job):
 @app.task("noop")
 def noop(job: jobrun.Job):
     return None
+
+
+@app.task("effect_logs_surrogate", transactional=True)
+def effect_logs_surrogate(job: jobrun.Job, tx):
+    """Log a file name os.listdir could return (a lone surrogate), then write one effect."""
+    import logging
+
+    logging.getLogger("leaseapp").warning("found %s", "\udcff")
+    tx.execute(sql.SQL("INSERT INTO {} (job_id, pid) VALUES (%s, %s)").format(_effects_table()),
+               [job.id, os.getpid()])
+    return {"ok": True}

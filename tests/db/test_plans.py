@@ -16,7 +16,7 @@ from psycopg import sql
 
 from jobrun.sql import for_schema
 
-BY_ID = ["complete_jobs", "heartbeat", "unclaim", "complete_transactional"]
+BY_ID = ["complete_jobs", "heartbeat", "unclaim", "complete_transactional", "record_handler_session"]
 
 
 def positional(text: str) -> tuple[str, int]:
