@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -46,6 +48,19 @@ class Lease:
     child: object  # supervisor.Child: has .signal(signum)
     since: float  # monotonic time of the claim
     alive: bool = True  # the child reported itself running within the last period
+
+
+def _cut(conn: psycopg.Connection) -> None:
+    """Shut the connection's socket down (from the timer thread): a call blocked on it fails."""
+    try:
+        fd = conn.fileno()
+    except Exception:  # noqa: BLE001 - already closed: nothing blocks on it
+        return
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _running(lease: Lease) -> bool:
@@ -152,6 +167,7 @@ class Heartbeater(Service):
                 event(log, logging.WARNING, "heartbeat.child_silent", jobs=[lease.id for lease in stalled],
                       note="not renewing leases of children that stopped reporting")
             self._renew([lease for lease in todo if lease.alive], now)
+        now = time.monotonic()  # the renewal may have taken its whole budget
         for lease in todo:
             last = self._renewed.get((lease.id, lease.token), lease.since)
             if now > lease_deadline(last, self.ttl, self.period):
@@ -161,9 +177,19 @@ class Heartbeater(Service):
         if not leases:
             return
         rows = None
-        for retry in (False, True):  # a dropped connection is retried once, at once
+        # The renewal must answer before the first of these leases is due to be fenced (and
+        # within most of a period): a connection that hangs (a half-open TCP path, a frozen
+        # server) is cut at that point, so this thread always gets to its fencing decisions.
+        due = min(lease_deadline(self._renewed.get((l.id, l.token), l.since), self.ttl, self.period)
+                  for l in leases)
+        deadline = min(now + 0.8 * self.period, due)
+        for retry in (False, True):  # a dropped connection is retried once, if time allows
+            if deadline - time.monotonic() <= 0.05:
+                event(log, logging.WARNING, "heartbeat.failed", error="no time left to renew",
+                      leases=len(leases), reconnect=False)
+                return
             try:
-                rows = self._execute_renewal(leases)
+                rows = self._execute_renewal(leases, deadline)
                 break
             except Exception as exc:  # noqa: BLE001 - database trouble: the deadline decides
                 self.failures += 1
@@ -208,15 +234,26 @@ class Heartbeater(Service):
         self.on_fence(lease, reason)
         lease.child.signal(signal.SIGUSR1)
 
-    def _execute_renewal(self, leases: list[Lease]) -> list[dict]:
+    def _execute_renewal(self, leases: list[Lease], deadline: float) -> list[dict]:
+        """Renew ``leases`` by ``deadline`` (monotonic), or raise. The server's
+        statement_timeout cannot bound a connection whose packets go nowhere, so a timer cuts
+        the socket itself at the deadline (the blocked call then fails at once)."""
         if not usable(self._conn):
-            # Bounded waits: a stuck statement must not keep this thread from fencing.
             timeout_ms = int(max(0.5, self.period * 0.8) * 1000)
-            self._conn = db.connect(self.dsn, connect_timeout=max(1, int(self.period)),
-                                    options=f"-c statement_timeout={timeout_ms}")
-        return self._conn.execute(self.q.heartbeat, {
-            "ids": [lease.id for lease in leases], "tokens": [lease.token for lease in leases],
-            "owner": self.owner, "ttl": self.ttl}).fetchall()
+            # libpq's connect_timeout is whole seconds (2 at least): a connect may overrun the
+            # deadline by that much, and then the statement is not tried.
+            self._conn = db.connect(self.dsn, options=f"-c statement_timeout={timeout_ms}",
+                                    connect_timeout=max(2, int(deadline - time.monotonic() + 1)))
+        conn = self._conn
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), _cut, args=(conn,))
+        timer.daemon = True
+        timer.start()
+        try:
+            return conn.execute(self.q.heartbeat, {
+                "ids": [lease.id for lease in leases], "tokens": [lease.token for lease in leases],
+                "owner": self.owner, "ttl": self.ttl}).fetchall()
+        finally:
+            timer.cancel()
 
     def _kill_overdue(self, leases: list[Lease], now: float) -> None:
         by_key = {(lease.id, lease.token): lease for lease in leases}
