@@ -94,6 +94,7 @@ class Heartbeater(Service):
         self.on_fence = on_fence
         self.on_db_error = on_db_error
         self.on_db_ok = on_db_ok
+        self.clock = time.monotonic  # injected by tests that drive tick() themselves
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection | None = None
@@ -135,7 +136,7 @@ class Heartbeater(Service):
     def _beat_until_stopped(self) -> None:
         try:
             while not self._stop.wait(self._next_wait()):
-                self.tick(time.monotonic())
+                self.tick(self.clock())
         finally:
             if self._conn is not None:
                 self._conn.close()
@@ -143,7 +144,7 @@ class Heartbeater(Service):
     def _next_wait(self) -> float:
         # Wake for kills due before the next beat, too.
         if self._fenced:
-            return max(0.01, min(self.period, min(self._fenced.values()) - time.monotonic()))
+            return max(0.01, min(self.period, min(self._fenced.values()) - self.clock()))
         return self.period
 
     # --- one beat -------------------------------------------------------------------------
@@ -166,16 +167,18 @@ class Heartbeater(Service):
             if stalled:
                 event(log, logging.WARNING, "heartbeat.child_silent", jobs=[lease.id for lease in stalled],
                       note="not renewing leases of children that stopped reporting")
-            self._renew([lease for lease in todo if lease.alive], now)
-        now = time.monotonic()  # the renewal may have taken its whole budget
+            if self._renew([lease for lease in todo if lease.alive], now):
+                now = self.clock()  # the renewal may have taken its whole budget
         for lease in todo:
             last = self._renewed.get((lease.id, lease.token), lease.since)
             if now > lease_deadline(last, self.ttl, self.period):
                 self._fence(lease, "not renewed in time", now)
 
-    def _renew(self, leases: list[Lease], now: float) -> None:
+    def _renew(self, leases: list[Lease], now: float) -> bool:
+        """Renew ``leases`` (fencing the ones the database no longer gives this master);
+        whether a renewal was tried."""
         if not leases:
-            return
+            return False
         rows = None
         # The renewal must answer before the first of these leases is due to be fenced (and
         # within most of a period): a connection that hangs (a half-open TCP path, a frozen
@@ -184,10 +187,10 @@ class Heartbeater(Service):
                   for l in leases)
         deadline = min(now + 0.8 * self.period, due)
         for retry in (False, True):  # a dropped connection is retried once, if time allows
-            if deadline - time.monotonic() <= 0.05:
+            if deadline - self.clock() <= 0.05:
                 event(log, logging.WARNING, "heartbeat.failed", error="no time left to renew",
                       leases=len(leases), reconnect=False)
-                return
+                return True
             try:
                 rows = self._execute_renewal(leases, deadline)
                 break
@@ -201,9 +204,9 @@ class Heartbeater(Service):
                 if broken:
                     self._conn = None
                 if retry or not broken:
-                    return
+                    return True
         if rows is None:
-            return
+            return True
         self.beats += 1
         if self.on_db_ok:
             self.on_db_ok()
@@ -218,6 +221,7 @@ class Heartbeater(Service):
                 self._cancel_sent.add(key)
                 event(log, logging.INFO, "job.cancel_signalled", job=lease.id)
                 lease.child.signal(signal.SIGUSR2)
+        return True
 
     def _fence(self, lease: Lease, reason: str, now: float) -> None:
         key = (lease.id, lease.token)
@@ -243,9 +247,9 @@ class Heartbeater(Service):
             # libpq's connect_timeout is whole seconds (2 at least): a connect may overrun the
             # deadline by that much, and then the statement is not tried.
             self._conn = db.connect(self.dsn, options=f"-c statement_timeout={timeout_ms}",
-                                    connect_timeout=max(2, int(deadline - time.monotonic() + 1)))
+                                    connect_timeout=max(2, int(deadline - self.clock() + 1)))
         conn = self._conn
-        timer = threading.Timer(max(0.0, deadline - time.monotonic()), _cut, args=(conn,))
+        timer = threading.Timer(max(0.0, deadline - self.clock()), _cut, args=(conn,))
         timer.daemon = True
         timer.start()
         try:

@@ -217,13 +217,6 @@ def test_postgres_restart_immediate_under_load(tmp_path, private_db, faults):
         assert all(m.running() for m in fleet.masters), faults.explain(fleet.stderr())
 
 
-TRANSACTIONAL_BEHIND_FROZEN_HOLDER = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a transactional job whose previous attempt is frozen inside its transaction (master and "
-    "child SIGSTOPped, or its connection half-open) never finishes: the successor's "
-    "effect_claim waits on the effect key the stale session still holds, and nothing ends "
-    "that session while the holder stays frozen"))
-
-
 def starts_of(conn, schema, job_id) -> int:
     query = sql.SQL("SELECT count(*) FROM {} WHERE job_id = %s")
     return conn.execute(query.format(sql.Identifier(schema, "starts")), [job_id]).fetchone()[0]
@@ -240,8 +233,7 @@ def hold_jobs(conn, schema, master, transactional: bool):
              message=f"master {master.pid} running a {task} job")
 
 
-@pytest.mark.parametrize("tasks", ["plain", pytest.param(
-    "transactional", marks=TRANSACTIONAL_BEHIND_FROZEN_HOLDER)])
+@pytest.mark.parametrize("tasks", ["plain", "transactional"])
 def test_half_open_connection_to_the_database(db_env, tmp_path, pg_dsn, schema, client, conn,
                                               faults, tasks):
     """Master A reaches PostgreSQL through a proxy that stops forwarding without closing;
@@ -259,16 +251,11 @@ def test_half_open_connection_to_the_database(db_env, tmp_path, pg_dsn, schema, 
         faults.count("half_open", f"master {a.pid}")
         b = fleet.start()
         enqueue(client, faults, 4, transactional=share)
-        conclude(conn, schema, faults, fleet, settle=30 if tasks == "plain" else 6)
+        conclude(conn, schema, faults, fleet, settle=30)
         assert a.running(), faults.explain("a cut-off master must wait for the network, not exit")
         print(f"master B {b.pid} finished the run; A {a.pid} stayed cut off")
 
 
-@pytest.mark.xfail(strict=True, raises=TimeoutError, reason=(
-    "the heartbeater renews on a connection with only a server-side statement_timeout: on a "
-    "half-open connection its execute blocks with no client-side deadline, and the fence "
-    "check runs in the same thread after the renewal returns, so the child is never fenced "
-    "(the job ran on, unfenced, long after its lease lapsed)"))
 def test_cut_off_master_fences_its_running_child(db_env, tmp_path, pg_dsn, schema, client, conn,
                                                  faults):
     """A master whose connections go half-open cannot renew its leases: it must fence (signal,
@@ -315,8 +302,7 @@ def test_sigstop_child_past_lease_ttl(db_env, tmp_path, pg_dsn, schema, client, 
         assert "lease.fenced" in m.stderr(), faults.explain()
 
 
-@pytest.mark.parametrize("tasks", ["plain", pytest.param(
-    "transactional", marks=TRANSACTIONAL_BEHIND_FROZEN_HOLDER)])
+@pytest.mark.parametrize("tasks", ["plain", "transactional"])
 def test_sigstop_master_past_lease_ttl(db_env, tmp_path, pg_dsn, schema, client, conn, faults,
                                        tasks):
     """Master A and its children are stopped past the TTL; master B must take every job over
@@ -333,7 +319,7 @@ def test_sigstop_master_past_lease_ttl(db_env, tmp_path, pg_dsn, schema, client,
         try:
             fleet.start()  # its children may take jobs at once: wait for master.ready only
             enqueue(client, faults, 4, transactional=share)
-            conclude(conn, schema, faults, fleet, settle=30 if tasks == "plain" else 6)
+            conclude(conn, schema, faults, fleet, settle=30)
         finally:
             for pid in frozen:
                 if live(pid):
