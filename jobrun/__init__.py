@@ -14,6 +14,7 @@ from jobrun.errors import (
     Refused,
     Retry,
     SoftTimeLimit,
+    StaleVersion,
     UnknownQueue,
 )
 from jobrun.records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
@@ -23,5 +24,5 @@ __version__ = "0.1.0"
 __all__ = [
     "App", "AsyncClient", "AttemptRecord", "Job", "Cancelled", "Client", "Conflict", "DatabaseUnavailable",
     "Enqueued", "InvalidInput", "JobRecord", "JobSpec", "JobrunError", "LeaseLost", "NotFound",
-    "Permanent", "QueueStats", "Refused", "Retry", "SoftTimeLimit", "UnknownQueue",
+    "Permanent", "QueueStats", "Refused", "Retry", "SoftTimeLimit", "StaleVersion", "UnknownQueue",
 ]

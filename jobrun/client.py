@@ -41,6 +41,10 @@ class _Api:
     def _run(self, op: ops.Op, conn: Any = None) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def run(self, op: ops.Op, conn: Any = None) -> Any:
+        """Drive an operation written as :mod:`jobrun.ops` writes them (a generator of steps)."""
+        return self._run(op, conn)
+
     # --- producers ------------------------------------------------------------------------
 
     def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
@@ -81,11 +85,17 @@ class _Api:
         return self._run(ops.list_jobs(self.queries, status=status, queue=queue, task=task,
                                        limit=limit, before=before), conn)
 
-    def cancel(self, job_id: int, *, conn: Any = None):
-        return self._run(ops.cancel(self.queries, job_id), conn)
+    def cancel(self, job_id: int, *, if_version: int | None = None, conn: Any = None):
+        """Cancel a job; with ``if_version``, only while the job is at that version
+        (else :class:`~jobrun.errors.StaleVersion`)."""
+        return self._run(ops.cancel(self.queries, job_id, if_version), conn)
 
-    def retry(self, job_id: int, *, conn: Any = None):
-        return self._run(ops.retry(self.queries, job_id), conn)
+    def retry(self, job_id: int, *, if_version: int | None = None, conn: Any = None):
+        return self._run(ops.retry(self.queries, job_id, if_version), conn)
+
+    def delete(self, job_id: int, *, if_version: int | None = None, conn: Any = None):
+        """Delete a finished job (succeeded, dead or cancelled) with its attempts."""
+        return self._run(ops.delete(self.queries, job_id, if_version), conn)
 
     def purge(self, older_than: float | str, *, statuses: Sequence[str] = ops.TERMINAL,
               conn: Any = None):

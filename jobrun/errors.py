@@ -25,6 +25,15 @@ class Conflict(JobrunError):
     """The request contradicts stored state (e.g. an idempotency key reused with another body)."""
 
 
+class StaleVersion(Conflict):
+    """The job's version is not the one the caller expected (``if_version``); ``current`` is
+    the job as it is now."""
+
+    def __init__(self, message: str, current: object) -> None:
+        super().__init__(message)
+        self.current = current
+
+
 class NotFound(JobrunError):
     """No job (or queue) with that identity."""
 

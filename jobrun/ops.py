@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generator, Iterable, Sequence
 
 from jobrun import validate
-from jobrun.errors import InvalidInput, NotFound, Refused, UnknownQueue
+from jobrun.errors import InvalidInput, NotFound, Refused, StaleVersion, UnknownQueue
 from jobrun.records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
 from jobrun.sql import Queries
 from jobrun.tracing import current_traceparent
@@ -212,20 +212,45 @@ def list_jobs(q: Queries, *, status: str | None = None, queue: str | None = None
     return [JobRecord.from_row(r) for r in rows]
 
 
-def cancel(q: Queries, job_id: int) -> Op:
-    rows = yield Step(q.cancel_job, {"id": job_id})
+def _version(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"invalid version {value!r}: an integer >= 0")
+    return value
+
+
+def _refusal(job: JobRecord, if_version: int | None, refused: str) -> Exception:
+    """Why a guarded change of ``job`` matched no row: its version moved, or its state."""
+    if if_version is not None and job.version != if_version:
+        return StaleVersion(f"job {job.id} is at version {job.version}, not {if_version}", job)
+    return Refused(f"job {job.id} is {job.status}; {refused}")
+
+
+def cancel(q: Queries, job_id: int, if_version: int | None = None) -> Op:
+    rows = yield Step(q.cancel_job, {"id": job_id, "version": _version(if_version)})
     if rows:
         return JobRecord.from_row(rows[0])
     job = yield from get(q, job_id)
-    raise Refused(f"job {job_id} is {job.status}; only queued or leased jobs can be cancelled")
+    raise _refusal(job, if_version, "only queued or leased jobs can be cancelled")
 
 
-def retry(q: Queries, job_id: int) -> Op:
-    rows = yield Step(q.retry_job, {"id": job_id, "channel": q.channel})
+def retry(q: Queries, job_id: int, if_version: int | None = None) -> Op:
+    rows = yield Step(q.retry_job, {"id": job_id, "channel": q.channel,
+                                    "version": _version(if_version)})
     if rows:
         return JobRecord.from_row(rows[0])
     job = yield from get(q, job_id)
-    raise Refused(f"job {job_id} is {job.status}; only dead or cancelled jobs can be retried")
+    raise _refusal(job, if_version, "only dead or cancelled jobs can be retried")
+
+
+def delete(q: Queries, job_id: int, if_version: int | None = None) -> Op:
+    """Delete one finished job with its attempts; returns the deleted job."""
+    rows = yield Step(q.delete_job, {"id": job_id, "version": _version(if_version)})
+    if rows:
+        return JobRecord.from_row(rows[0])
+    job = yield from get(q, job_id)
+    raise _refusal(job, if_version, f"only {', '.join(TERMINAL)} jobs can be deleted")
 
 
 def purge(q: Queries, older_than: float | str, statuses: Sequence[str] = TERMINAL,

@@ -34,6 +34,7 @@ class JobRecord:
     traceparent: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    version: int = 0  # bumped by every change of the row (optimistic concurrency)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "JobRecord":

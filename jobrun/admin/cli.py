@@ -35,6 +35,7 @@ from jobrun import ops
 from jobrun.admin import top as observe
 from jobrun.client import Client
 from jobrun.errors import InvalidInput, JobrunError
+from jobrun.web import cli as web_cli
 
 app = typer.Typer(name="jobrun", help="A durable job queue on PostgreSQL.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
@@ -289,18 +290,33 @@ def list_(
         _note(f"more may follow: add --before {jobs[-1].id}")
 
 
+IfVersion = Annotated[Optional[int], typer.Option(
+    "--if-version", metavar="N", show_default=False,
+    help="Only if the job is still at version N (else exit 1, a conflict).")]
+
+
 @app.command()
-def cancel(ctx: typer.Context, job_id: JobId, dsn: Dsn = None, schema: Schema = None,
-           as_json: AsJson = False) -> None:
+def cancel(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn: Dsn = None,
+           schema: Schema = None, as_json: AsJson = False) -> None:
     """Cancel a queued job now, or ask a running one to stop."""
-    _emit(_session(ctx, dsn, schema, as_json).client().cancel(job_id).to_dict())
+    client = _session(ctx, dsn, schema, as_json).client()
+    _emit(client.cancel(job_id, if_version=if_version).to_dict())
 
 
 @app.command()
-def retry(ctx: typer.Context, job_id: JobId, dsn: Dsn = None, schema: Schema = None,
-          as_json: AsJson = False) -> None:
+def retry(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn: Dsn = None,
+          schema: Schema = None, as_json: AsJson = False) -> None:
     """Put a dead or cancelled job back in its queue, with its attempts reset."""
-    _emit(_session(ctx, dsn, schema, as_json).client().retry(job_id).to_dict())
+    client = _session(ctx, dsn, schema, as_json).client()
+    _emit(client.retry(job_id, if_version=if_version).to_dict())
+
+
+@app.command()
+def delete(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn: Dsn = None,
+           schema: Schema = None, as_json: AsJson = False) -> None:
+    """Delete a finished job (succeeded, dead or cancelled) with its attempts."""
+    client = _session(ctx, dsn, schema, as_json).client()
+    _emit(client.delete(job_id, if_version=if_version).to_dict())
 
 
 @app.command()
@@ -446,6 +462,9 @@ def top_(ctx: typer.Context,
         raise InvalidInput("jobrun top needs a terminal on stdout; use --once to print one frame")
     observe.watch(lambda: source.run(observe.snapshot), interval=interval, target=s.target(),
                   keys_fd=sys.stdin.fileno() if sys.stdin.isatty() else None)
+
+
+app.command("web")(web_cli.web)
 
 
 def _one_line(text: str) -> str:

@@ -92,8 +92,9 @@ SELECT * FROM {schema}.jobs
 UPDATE {schema}.jobs
    SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
        finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END,
-       cancel_requested = (status = 'leased')
+       cancel_requested = (status = 'leased'), version = version + 1
  WHERE id = %(id)s AND status IN ('queued', 'leased')
+   AND (%(version)s::bigint IS NULL OR version = %(version)s)
 RETURNING *
 
 -- name: retry_job
@@ -101,8 +102,9 @@ RETURNING *
 WITH r AS (
     UPDATE {schema}.jobs
        SET status = 'queued', attempts = 0, crashes = 0, run_at = now(), finished_at = NULL,
-           cancel_requested = false
+           cancel_requested = false, version = version + 1
      WHERE id = %(id)s AND status IN ('dead', 'cancelled')
+       AND (%(version)s::bigint IS NULL OR version = %(version)s)
     RETURNING *
 ), n AS (
     SELECT pg_notify(%(channel)s, r.queue) FROM r
@@ -188,7 +190,7 @@ WITH q AS (
 UPDATE {schema}.jobs j
    SET status = 'leased', attempts = j.attempts + 1, lease_token = j.lease_token + 1,
        lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
-       started_at = now()
+       started_at = now(), version = j.version + 1
   FROM cand
  WHERE j.id = cand.id
 RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes, j.priority,
@@ -214,7 +216,7 @@ WITH r AS (
                               ELSE now() END,
            crashes = j.crashes + r.crashed,
            attempts = j.attempts - r.refund,
-           lease_owner = NULL, lease_expires_at = NULL
+           lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1
       FROM r
      WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_owner = %(owner)s
        AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
@@ -231,7 +233,7 @@ RETURNING job_id
 -- name: heartbeat
 -- Extend the leases this master still holds; returns those rows with their cancel flag (missing rows were lost).
 UPDATE {schema}.jobs j
-   SET lease_expires_at = now() + make_interval(secs => %(ttl)s)
+   SET lease_expires_at = now() + make_interval(secs => %(ttl)s), version = j.version + 1
   FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
  WHERE j.id = h.id AND j.lease_token = h.token AND j.lease_owner = %(owner)s
    AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
@@ -256,7 +258,7 @@ WITH x AS (
                     END,
            finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts THEN now()
                               ELSE NULL END,
-           lease_owner = NULL, lease_expires_at = NULL
+           lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1
       FROM x
      WHERE j.id = x.id AND j.lease_token = x.lease_token
        AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
@@ -281,7 +283,8 @@ RETURNING job_id
 -- Succeed one job inside the handler's transaction, guarded by owner, token and status; no row: the lease was lost.
 WITH upd AS (
     UPDATE {schema}.jobs j
-       SET status = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+       SET status = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+           version = j.version + 1
      WHERE j.id = %(id)s AND j.lease_token = %(token)s AND j.lease_owner = %(owner)s
        AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
     RETURNING j.id, j.lease_token, j.attempts, j.started_at
@@ -329,7 +332,7 @@ SELECT k.name AS queue,
 -- waited in a child that exited): their attempts are not counted.
 UPDATE {schema}.jobs j
    SET status = 'queued', attempts = j.attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
-       started_at = NULL
+       started_at = NULL, version = j.version + 1
   FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
  WHERE j.id = u.id AND j.lease_token = u.token AND j.lease_owner = %(owner)s
    AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above

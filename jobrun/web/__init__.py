@@ -1,0 +1,8 @@
+"""`jobrun web`: the HTTP/JSON API (``/api/v1``) for producers and operators in any language.
+
+A process of its own, beside the masters: an ASGI app (FastAPI on uvicorn with uvloop) over a
+psycopg connection pool. It never claims jobs. Modules: ``server`` (bind, token, process),
+``app`` (assembly), ``guard`` (host, token, origin, body size), ``envelope`` (the error
+envelope), ``models`` (request bodies), ``routes_jobs`` and ``routes_observe`` (endpoints),
+``reads`` (the API's own read operations), ``pool`` (driving jobrun.ops over the pool).
+"""

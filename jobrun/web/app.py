@@ -1,0 +1,61 @@
+"""The ASGI application of `jobrun web`: routes, the error envelope, the front-door guard and
+CORS for explicitly allowed origins only."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request
+from starlette.middleware.cors import CORSMiddleware
+
+from jobrun import __version__, config
+from jobrun.web import envelope, routes_jobs, routes_observe
+from jobrun.web.guard import Guard, Policy
+from jobrun.web.pool import Database
+
+BODY_MARGIN = 64 * 1024  # room for the envelope around a payload at its limit
+BATCH_FACTOR = 4         # a batch body may hold this many payloads at the limit
+
+
+async def known_query_only(request: Request) -> None:
+    """An unknown query parameter is a 422, never silently ignored."""
+    route = request.scope.get("route")
+    known = {p.alias for p in route.dependant.query_params} if route is not None else set()
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise envelope.ApiError("validation_failed", f"unknown query parameter {unknown[0]!r}",
+                                {name: "unknown query parameter" for name in unknown})
+
+
+def create_app(settings: config.Settings, *, token: str | None = None,
+               allow_origins: tuple[str, ...] = (), hosts: frozenset[str] = frozenset()):
+    database = Database(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await database.open()
+        try:
+            yield
+        finally:
+            await database.close()
+
+    app = FastAPI(title="jobrun", version=__version__, lifespan=lifespan,
+                  openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None,
+                  dependencies=[Depends(known_query_only)])
+    app.state.db = database
+    envelope.install(app)
+    app.include_router(routes_jobs.router)
+    app.include_router(routes_observe.router)
+    limit = settings.max_payload_bytes + BODY_MARGIN
+    policy = Policy(token=token, allow_origins=frozenset(allow_origins), hosts=hosts,
+                    body_limit=limit,
+                    path_limits={"/api/v1/jobs/batch": BATCH_FACTOR * settings.max_payload_bytes
+                                 + BODY_MARGIN})
+    app.add_middleware(Guard, policy=policy)
+    if allow_origins:
+        # Outermost: answers preflights from the allowed origins; no wildcard, ever.
+        app.add_middleware(CORSMiddleware, allow_origins=list(allow_origins),
+                           allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type", "If-Match",
+                                          "Idempotency-Key"], expose_headers=["ETag"])
+    return app

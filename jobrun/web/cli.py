@@ -1,0 +1,35 @@
+"""The `jobrun web` command (registered in jobrun.admin.cli)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from jobrun import config
+from jobrun.web.server import DEFAULT_BIND, serve
+
+
+def web(
+    ctx: typer.Context,
+    bind: Annotated[str, typer.Option(metavar="HOST:PORT", help="Address to listen on.")]
+    = DEFAULT_BIND,
+    token_file: Annotated[Optional[str], typer.Option(
+        "--token-file", metavar="PATH", show_default=False,
+        help="File holding the bearer token every request but /api/v1/healthz must carry"
+             " (required to bind a non-loopback address).")] = None,
+    allow_origin: Annotated[Optional[list[str]], typer.Option(
+        "--allow-origin", metavar="ORIGIN", show_default=False,
+        help="Repeatable: a browser origin (scheme://host:port) allowed to change things.")]
+    = None,
+    dsn: Annotated[Optional[str], typer.Option("--dsn", metavar="URL", show_default=False,
+                                               help="PostgreSQL URL.")] = None,
+    schema: Annotated[Optional[str], typer.Option("--schema", metavar="NAME",
+                                                  show_default=False)] = None,
+) -> None:
+    """Serve the HTTP/JSON API (/api/v1) until SIGINT or SIGTERM."""
+    session = ctx.find_root().obj  # the global options given before the command
+    settings = config.load({"database_url": dsn or getattr(session, "dsn", None),
+                            "schema": schema or getattr(session, "schema", None)})
+    settings = settings.replace(database_url=config.resolve_dsn(settings))
+    serve(settings, bind, token_file, tuple(allow_origin or ()))

@@ -1,0 +1,175 @@
+"""The one error envelope of the HTTP API: ``{"message", "code", "fields"}`` for every error.
+
+Every way a request can fail ends here: jobrun's own errors (bad input, not found, conflict,
+a stale version), FastAPI's request validation and HTTP errors, malformed JSON, and anything
+unexpected (500 with a fixed message; the traceback goes to the server log, never to the
+caller). ``responses(...)`` describes the same envelope in the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from jobrun.errors import (Conflict, DatabaseUnavailable, InvalidInput, JobrunError, NotFound,
+                           Refused, StaleVersion, UnknownQueue)
+from jobrun.logs import event
+
+log = logging.getLogger("jobrun.web")
+
+# code -> HTTP status. The API answers with no other codes.
+CODES = {
+    "invalid_json": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "conflict": 409,
+    "payload_too_large": 413,
+    "validation_failed": 422,
+    "internal_error": 500,
+    "unavailable": 503,
+}
+_BY_STATUS = {status: code for code, status in CODES.items()}
+
+
+class ErrorBody(BaseModel):
+    """What every error response carries."""
+
+    message: str
+    code: str
+    fields: dict[str, str] = {}
+    current: dict[str, Any] | None = None  # 409 on a stale version: the job as it is now
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str, fields: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.fields = code, message, fields or {}
+
+
+def error_response(code: str, message: str, fields: dict[str, str] | None = None,
+                   current: dict[str, Any] | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"message": message, "code": code, "fields": fields or {}}
+    if current is not None:
+        body["current"] = current
+    return JSONResponse(body, status_code=CODES[code], headers=headers)
+
+
+def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI descriptions of the error responses a route can give."""
+    return {CODES[c]: {"model": ErrorBody, "description": c} for c in codes}
+
+
+# The first words of jobrun.validate's messages name the request field they are about.
+_FIELD_PREFIXES = (
+    ("invalid task name", "task"), ("invalid queue name", "queue"), ("queue ", "queue"),
+    ("invalid priority", "priority"), ("invalid max_attempts", "max_attempts"),
+    ("invalid idempotency key", "idempotency_key"), ("payload", "payload"),
+    ("invalid duration", "delay"), ("run_at", "run_at"), ("give run_at or delay", "delay"),
+    ("invalid version", "version"), ("invalid status", "status"), ("invalid outcome", "outcome"),
+)
+
+
+def field_of(message: str) -> str | None:
+    prefix = ""
+    if message.startswith("job ") and ": " in message:  # a batch item: "job 3: ..."
+        head, message = message.split(": ", 1)
+        prefix = f"jobs.{head[4:]}."
+    for start, field in _FIELD_PREFIXES:
+        if message.startswith(start):
+            return prefix + field
+    return None
+
+
+def _invalid(exc: InvalidInput) -> JSONResponse:
+    message = str(exc)
+    field = field_of(message)
+    if isinstance(exc, UnknownQueue):
+        field = field or "queue"
+    return error_response("validation_failed", message, {field: message} if field else {})
+
+
+def _jobrun_error(exc: JobrunError) -> JSONResponse:
+    if isinstance(exc, InvalidInput):
+        return _invalid(exc)
+    if isinstance(exc, NotFound):
+        return error_response("not_found", str(exc))
+    if isinstance(exc, StaleVersion):
+        current = exc.current.to_dict() if hasattr(exc.current, "to_dict") else None
+        return error_response("conflict", str(exc), current=json.loads(
+            json.dumps(current, default=_iso)) if current else None)
+    if isinstance(exc, (Conflict, Refused)):
+        return error_response("conflict", str(exc))
+    if isinstance(exc, DatabaseUnavailable):
+        event(log, logging.ERROR, "web.database_unavailable", error=str(exc))
+        return error_response("unavailable", "the database is unavailable; try again later")
+    event(log, logging.ERROR, "web.error", error=str(exc))
+    return error_response("internal_error", "internal error")
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _loc(loc: tuple | list) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def _validation(exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return error_response("invalid_json", "the request body is not valid JSON")
+    fields = {}
+    for e in errors:
+        fields.setdefault(_loc(e.get("loc", ())), str(e.get("msg", "invalid")))
+    first = next(iter(fields.items()))
+    return error_response("validation_failed", f"{first[0]}: {first[1]}", fields)
+
+
+def _http(exc: HTTPException) -> JSONResponse:
+    code = _BY_STATUS.get(exc.status_code, "internal_error")
+    if exc.status_code == 400:
+        # FastAPI's answer to a body it could not parse at all (e.g. nested too deeply).
+        return error_response("invalid_json", "the request body is not valid JSON")
+    message = {404: "no such resource", 405: "method not allowed"}.get(
+        exc.status_code, str(exc.detail))
+    return error_response(code, message, headers=getattr(exc, "headers", None))
+
+
+def install(app: FastAPI) -> None:
+    """Route every error of ``app`` to the envelope."""
+
+    async def on_api(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.code, exc.message, exc.fields)
+
+    async def on_jobrun(_: Request, exc: JobrunError) -> JSONResponse:
+        return _jobrun_error(exc)
+
+    async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation(exc)
+
+    async def on_http(_: Request, exc: HTTPException) -> JSONResponse:
+        return _http(exc)
+
+    async def on_other(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, RecursionError):  # JSON the parser took, too deep to check or store
+            return error_response("validation_failed", "the request body is nested too deeply",
+                                  {"body": "nested too deeply"})
+        log.error("web.internal_error %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response("internal_error", "internal error")
+
+    app.add_exception_handler(ApiError, on_api)
+    app.add_exception_handler(JobrunError, on_jobrun)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(Exception, on_other)

@@ -1,0 +1,160 @@
+"""What the API reads beyond jobrun.ops: filtered lists with keyset cursors, the attempts
+feed, per-task figures, the worker registry and queue views. Written as jobrun.ops writes
+operations (generators of named-query steps, no I/O), so they run on the server's pool and
+can be driven by a plain Client in tests."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Sequence
+
+from jobrun import ops, validate
+from jobrun.admin import top
+from jobrun.errors import InvalidInput, NotFound
+from jobrun.ops import Op, Step
+from jobrun.records import JobRecord
+from jobrun.sql import Queries
+
+OUTCOMES = ("succeeded", "failed", "retry", "timeout", "worker_lost", "lease_expired",
+            "cancelled", "released")
+TASK_WINDOW = 3600.0  # seconds of finished attempts behind a task's rates and run times
+TASK_RECENT = 10      # recent jobs shown with one task
+MAX_PAGE = 100
+
+
+def _one_of(values: Sequence[str], allowed: tuple[str, ...], what: str) -> list[str] | None:
+    for v in values:
+        if v not in allowed:
+            raise InvalidInput(f"invalid {what} {v!r}: one of {', '.join(allowed)}")
+    return list(values) or None
+
+
+def _page(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"invalid limit {limit}: from 1 to {MAX_PAGE}")
+    return limit
+
+
+def list_jobs(q: Queries, *, statuses: Sequence[str] = (), queue: str | None = None,
+              task: str | None = None, text: str | None = None, limit: int = 50,
+              cursor: str | None = None) -> Op:
+    """(jobs newest first, the cursor of the next page or None)."""
+    params = {
+        "statuses": _one_of(statuses, ops.STATUSES, "status"),
+        "queue": validate.queue_name(queue) if queue is not None else None,
+        "task": validate.task_name(task) if task is not None else None,
+        "q": _search_text(text), "limit": _page(limit), "before": _job_cursor(cursor),
+    }
+    rows = yield Step(q.web_list_jobs, params)
+    jobs = [JobRecord.from_row(r) for r in rows]
+    return jobs, (str(jobs[-1].id) if len(jobs) == limit else None)
+
+
+def _search_text(text: str | None) -> str | None:
+    if text is None or text == "":
+        return None
+    if len(text) > 255 or "\x00" in text:
+        raise InvalidInput("invalid q: 1 to 255 characters, no NUL")
+    return text
+
+
+def _job_cursor(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    if not cursor.isdigit() or len(cursor) > 19:
+        raise InvalidInput(f"invalid cursor {cursor[:40]!r}")
+    return int(cursor)
+
+
+def attempts_feed(q: Queries, *, outcomes: Sequence[str] = (), task: str | None = None,
+                  queue: str | None = None, limit: int = 50, cursor: str | None = None) -> Op:
+    """(attempts across jobs, newest first, the cursor of the next page or None).
+
+    The cursor is "<finished_at RFC 3339>,<job id>,<lease token>" of the last row seen."""
+    at = job_id = token = None
+    if cursor is not None:
+        try:
+            stamp, job, tok = cursor.split(",")
+            at, job_id, token = datetime.fromisoformat(stamp), int(job), int(tok)
+        except ValueError:
+            raise InvalidInput(f"invalid cursor {cursor[:60]!r}") from None
+    rows = yield Step(q.web_attempts_feed, {
+        "outcomes": _one_of(outcomes, OUTCOMES, "outcome"),
+        "task": validate.task_name(task) if task is not None else None,
+        "queue": validate.queue_name(queue) if queue is not None else None,
+        "at": at, "job_id": job_id, "token": token, "limit": _page(limit)})
+    following = None
+    if len(rows) == limit:
+        last = rows[-1]
+        following = f"{last['finished_at'].isoformat()},{last['job_id']},{last['lease_token']}"
+    return rows, following
+
+
+def job_attempts(q: Queries, job_id: int) -> Op:
+    """The finished attempts of a job that exists (404 otherwise)."""
+    found = yield from ops.attempts(q, job_id)
+    if not found:
+        yield from ops.get(q, job_id)
+    return found
+
+
+def attempt_log(q: Queries, job_id: int, attempt: int) -> Op:
+    rows = yield Step(q.observe_attempt_logs, {"id": job_id, "attempt": attempt})
+    if not rows:
+        raise NotFound(f"no job {job_id}")
+    found = [r for r in rows if r["lease_token"] is not None]
+    if not found:
+        raise NotFound(f"job {job_id} has no finished attempt {attempt}")
+    return [{k: v for k, v in r.items() if k not in ("task", "status")} for r in found]
+
+
+def workers(q: Queries) -> Op:
+    """Live masters of the registry, with the tasks each serves (None: not reported)."""
+    rows = yield Step(q.observe_workers, {"stale_after": top.STALE_AFTER})
+    return [{k: v for k, v in r.items() if k not in ("stale", "db_now")}
+            for r in rows if not r["stale"]]
+
+
+def queues(q: Queries) -> Op:
+    """Each declared queue's settings and live figures (what `jobrun top` shows)."""
+    return (yield Step(q.observe_queues, {
+        "rate_window": top.RATE_WINDOW, "wait_window": top.WAIT_WINDOW,
+        "sample": top.WAIT_SAMPLE, "fail_window": top.FAIL_WINDOW}))
+
+
+def tasks(q: Queries, task: str | None = None) -> Op:
+    """Per task: jobs by status, and over the last TASK_WINDOW s the attempts that ended, the
+    share that succeeded, mean and p95 run time; which live masters serve it."""
+    if task is not None:
+        validate.task_name(task)
+    counts = yield Step(q.web_task_counts, {"task": task})
+    runs = yield Step(q.web_task_runs, {"task": task, "window": TASK_WINDOW})
+    masters = yield from workers(q)
+    out: dict[str, dict[str, Any]] = {}
+
+    def entry(name: str) -> dict[str, Any]:
+        return out.setdefault(name, {
+            "task": name, "counts": {s: 0 for s in ops.STATUSES}, "window_seconds": TASK_WINDOW,
+            "runs": 0, "success_rate": None, "mean_run_seconds": None, "p95_run_seconds": None,
+            "served_by": [m["owner"] for m in masters if name in (m["tasks"] or ())]})
+
+    for r in counts:
+        entry(r["task"])["counts"][r["status"]] = r["n"]
+    for r in runs:
+        e = entry(r["task"])
+        e.update(runs=r["runs"], success_rate=r["succeeded"] / r["runs"],
+                 mean_run_seconds=r["mean_run"], p95_run_seconds=r["p95_run"])
+    for m in masters:
+        for name in m["tasks"] or ():
+            if task is None or name == task:
+                entry(name)
+    return [out[name] for name in sorted(out)]
+
+
+def task_detail(q: Queries, task: str) -> Op:
+    found = yield from tasks(q, task)
+    if not found:
+        raise NotFound(f"no task {task!r}: no jobs and no live master serves it")
+    recent, _ = yield from list_jobs(q, task=task, limit=TASK_RECENT)
+    return {**found[0], "recent_jobs": recent}
+

@@ -1,0 +1,155 @@
+"""/api/v1/jobs: enqueue (one or many), list, get, delete, cancel, retry, attempts, logs.
+
+Every change may be guarded by the job's version: {"version": n} in the body or an
+If-Match header ("n" as GET returns it in ETag); a job at another version is a 409 whose
+body carries the job as it is now.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+from fastapi import APIRouter, Body, Header, Path, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+
+from jobrun import ops
+from jobrun.records import AttemptRecord, JobRecord
+from jobrun.web import reads
+from jobrun.web.envelope import ApiError, responses
+from jobrun.web.models import Guarded, NewJob, NewJobs
+from jobrun.web.pool import Database
+
+router = APIRouter(prefix="/api/v1")
+JobId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Job id")]
+READ = ("unauthorized", "validation_failed", "internal_error", "unavailable")
+WRITE = READ + ("invalid_json", "forbidden", "payload_too_large")
+
+
+def db(request: Request) -> Database:
+    return request.app.state.db
+
+
+def reply(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(jsonable_encoder(value), status_code=status, headers=headers)
+
+
+def job_reply(job: JobRecord, status: int = 200, **extra: Any) -> JSONResponse:
+    return reply({**job.to_dict(), **extra}, status, {"ETag": f'"{job.version}"'})
+
+
+def _if_match(header: str | None) -> int | None:
+    if header is None:
+        return None
+    text = header.strip().removeprefix("W/").strip('"')
+    if not text.isdigit() or len(text) > 19:
+        raise ApiError("validation_failed", f"invalid If-Match {header[:40]!r}: a job version",
+                       {"If-Match": "a job version, e.g. \"3\""})
+    return int(text)
+
+
+def expected_version(body: Guarded | None, if_match: str | None) -> int | None:
+    a, b = (body.version if body else None), _if_match(if_match)
+    if a is not None and b is not None and a != b:
+        raise ApiError("validation_failed", "the body's version and If-Match disagree",
+                       {"version": "differs from If-Match"})
+    return a if a is not None else b
+
+
+IfMatch = Annotated[Optional[str], Header(alias="If-Match", description="Expected job version")]
+GuardBody = Annotated[Optional[Guarded], Body()]
+
+
+@router.post("/jobs", status_code=201, response_model=JobRecord,
+             responses={200: {"description": "idempotent replay: the stored job"},
+                        **responses(*WRITE, "conflict")})
+async def enqueue(request: Request, job: NewJob,
+                  idempotency_key: Annotated[Optional[str], Header(alias="Idempotency-Key")] = None):
+    """Enqueue one job. 201 when created; 200 when the idempotency key names a stored job
+    with the same task and payload; 409 when it names one with another."""
+    key = job.idempotency_key
+    if idempotency_key is not None:
+        if key is not None and key != idempotency_key:
+            raise ApiError("validation_failed", "the Idempotency-Key header and the body's"
+                           " idempotency_key disagree", {"idempotency_key": "differs from header"})
+        key = idempotency_key
+    d = db(request)
+    result = await d.run(ops.enqueue(
+        d.q, d.limit, job.task, job.payload, queue=job.queue, priority=job.priority,
+        run_at=job.run_at, delay=job.delay, max_attempts=job.max_attempts, idempotency_key=key))
+    return job_reply(result.job, 201 if result.created else 200, created=result.created)
+
+
+@router.post("/jobs/batch", status_code=201, responses={
+    200: {"description": "every job was an idempotent replay"}, **responses(*WRITE, "conflict")})
+async def enqueue_batch(request: Request, batch: NewJobs):
+    """Enqueue up to 1000 jobs in one statement; returns {"jobs": [{"id", "created"}]} in order."""
+    d = db(request)
+    made = await d.run(ops.enqueue_many(d.q, d.limit, [j.spec() for j in batch.jobs]))
+    jobs = [{"id": i, "created": c} for i, c in made]
+    return reply({"jobs": jobs}, 201 if any(c for _, c in made) else 200)
+
+
+@router.get("/jobs", responses=responses(*READ))
+async def list_jobs(
+    request: Request,
+    status: Annotated[list[str], Query(description="Repeatable; any of them matches")] = [],
+    queue: Optional[str] = None, task: Optional[str] = None,
+    q: Annotated[Optional[str], Query(description="Substring of id, task or idempotency key")] = None,
+    limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
+    cursor: Annotated[Optional[str], Query(description="next_cursor of the previous page")] = None,
+):
+    """Jobs newest first: {"jobs": [...], "next_cursor": str | null}."""
+    d = db(request)
+    jobs, following = await d.run(reads.list_jobs(
+        d.q, statuses=status, queue=queue, task=task, text=q, limit=limit, cursor=cursor))
+    return reply({"jobs": [j.to_dict() for j in jobs], "next_cursor": following})
+
+
+@router.get("/jobs/{job_id}", response_model=JobRecord, responses=responses(*READ, "not_found"))
+async def get_job(request: Request, job_id: JobId):
+    """One job; its ETag is its version."""
+    return job_reply(await db(request).run(ops.get(db(request).q, job_id)))
+
+
+@router.delete("/jobs/{job_id}", response_model=JobRecord,
+               responses=responses(*WRITE, "not_found", "conflict"))
+async def delete_job(request: Request, job_id: JobId, body: GuardBody = None,
+                     if_match: IfMatch = None):
+    """Delete a finished job (succeeded, dead or cancelled) and its attempts; returns it."""
+    d = db(request)
+    return job_reply(await d.run(ops.delete(d.q, job_id, expected_version(body, if_match))))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobRecord,
+             responses=responses(*WRITE, "not_found", "conflict"))
+async def cancel_job(request: Request, job_id: JobId, body: GuardBody = None,
+                     if_match: IfMatch = None):
+    """Cancel a queued job now, or ask a leased one to stop (cancel_requested)."""
+    d = db(request)
+    return job_reply(await d.run(ops.cancel(d.q, job_id, expected_version(body, if_match))))
+
+
+@router.post("/jobs/{job_id}/retry", response_model=JobRecord,
+             responses=responses(*WRITE, "not_found", "conflict"))
+async def retry_job(request: Request, job_id: JobId, body: GuardBody = None,
+                    if_match: IfMatch = None):
+    """Put a dead or cancelled job back in its queue with its attempts reset."""
+    d = db(request)
+    return job_reply(await d.run(ops.retry(d.q, job_id, expected_version(body, if_match))))
+
+
+@router.get("/jobs/{job_id}/attempts", response_model=list[AttemptRecord],
+            responses=responses(*READ, "not_found"))
+async def job_attempts(request: Request, job_id: JobId):
+    """The job's finished attempts, oldest first, each with its log."""
+    found = await db(request).run(reads.job_attempts(db(request).q, job_id))
+    return reply([a.to_dict() for a in found])
+
+
+@router.get("/jobs/{job_id}/attempts/{attempt}/logs", responses=responses(*READ, "not_found"))
+async def attempt_logs(request: Request, job_id: JobId,
+                       attempt: Annotated[int, Path(ge=1, le=2**31 - 1)]):
+    """What the handler logged in attempt number `attempt` (one entry per run with that
+    number: `retry` resets the numbering)."""
+    return reply(await db(request).run(reads.attempt_log(db(request).q, job_id, attempt)))
