@@ -16,6 +16,7 @@ __all__ = ["app"]
 
 @app.task("flaky_file")
 def flaky_file(job: jobrun.Job):
+    print(f"looking for {job.payload}")  # the attempt's captured log
     if not os.path.exists(job.payload):
         raise RuntimeError(f"{job.payload} is missing")
     return {"found": job.payload}
