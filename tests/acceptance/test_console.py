@@ -168,6 +168,7 @@ def test_a_dead_job_is_retried_and_succeeds(page, master, client, tmp_path):
     wait_for(lambda: client.get(job.id).status == "dead", timeout=30, message="the job to die")
     page.goto(page.url.split("#")[0] + f"#/jobs/{job.id}")
     expect(page.locator("#job-status")).to_contain_text("dead")
+    expect(page.locator("#job-body dl.kv")).to_contain_text("1 of 1")
     expect(page.locator(".attempt")).to_contain_text("is missing")
     expect(page.locator(".attempt .log")).to_contain_text("looking for")  # its captured log
     shot(page, tmp_path, "job-dead")
@@ -247,6 +248,12 @@ def test_every_page_renders_and_keys_move_between_them(page, master, client, tmp
     page.keyboard.type("123456789")
     page.keyboard.press("Enter")
     expect(page.locator("main")).to_contain_text("Could not load job #123456789")
+    background = "getComputedStyle(document.body).backgroundColor"
+    page.emulate_media(color_scheme="light")
+    light = page.evaluate(background)
+    page.emulate_media(color_scheme="dark")
+    assert page.evaluate(background) != light  # the theme follows the system setting
+    shot(page, tmp_path, "dark")
     page.set_viewport_size({"width": 390, "height": 800})
     page.goto(base + "#/workers")
     expect(page.locator("main")).to_contain_text("Running now")

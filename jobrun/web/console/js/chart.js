@@ -25,9 +25,8 @@ function path(points, x, y) {
 
 // Two series on their own scales: done/s (line a) and depth (line b).
 export function draw(svg) {
-  const W = 600, H = 160, pad = 28;
+  const W = Math.max(200, Math.round(svg.getBoundingClientRect().width) || 600), H = 160, pad = 28;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.setAttribute("preserveAspectRatio", "none");
   svg.replaceChildren();
   svg.append(el("line", { class: "axis", x1: pad, y1: H - pad, x2: W - 4, y2: H - pad }));
   if (history.length < 2) {

@@ -1,5 +1,7 @@
 // Small DOM and formatting helpers shared by the pages.
 
+import { post } from "./api.js";
+
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -76,4 +78,16 @@ export function table(columns, items, { rowLink, empty: emptyEl } = {}) {
     return tr;
   });
   return h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, head), h("tbody", {}, body)));
+}
+
+// Pause or resume a queue or schedule (POST /{kind}s/{name}/pause|resume); the outcome goes
+// into `notice`.
+export async function pauseOrResume(notice, kind, name, paused, done = paused ? "paused" : "resumed") {
+  const verb = paused ? "pause" : "resume";
+  try {
+    await post(`/${kind}s/${encodeURIComponent(name)}/${verb}`);
+    replace(notice, h("div", { class: "notice ok", role: "status" }, `${kind[0].toUpperCase()}${kind.slice(1)} ${name} ${done}.`));
+  } catch (err) {
+    replace(notice, failure(err, `Could not ${verb} ${name}`));
+  }
 }

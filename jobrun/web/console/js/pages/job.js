@@ -16,9 +16,9 @@ export async function render({ root, route }) {
   async function fetchJob() {
     const data = await get(`/jobs/${encodeURIComponent(id)}`);
     const j = data?.job ?? data;
-    let attempts = data?.attempts;
-    if (!Array.isArray(attempts)) attempts = rows(await get(`/jobs/${encodeURIComponent(id)}/attempts`), "attempts");
-    return { ...j, attempts };
+    let history = data?.history;
+    if (!Array.isArray(history)) history = rows(await get(`/jobs/${encodeURIComponent(id)}/attempts`), "attempts");
+    return { ...j, history };
   }
 
   async function act(action) {
@@ -42,7 +42,7 @@ export async function render({ root, route }) {
     const j = job;
     const canCancel = j.status === "queued" || j.status === "leased";
     const canRetry = j.status === "dead" || j.status === "cancelled";
-    const attempts = j.attempts || [];
+    const attempts = j.history;
     replace(body,
       h("div", { class: "actions" },
         h("button", { id: "cancel", class: "danger", disabled: !canCancel || j.cancel_requested, onclick: () => act("cancel"), title: canCancel ? "Cancel this job (a running one stops at its next heartbeat)" : "Only queued or leased jobs can be cancelled" }, j.cancel_requested ? "Cancel requested" : "Cancel"),
@@ -74,7 +74,7 @@ export async function render({ root, route }) {
     try {
       const fresh = await fetchJob();
       if (disposed) return;
-      const changed = !job || fresh.version !== job.version || fresh.attempts.length !== job.attempts.length || fresh.status !== job.status;
+      const changed = !job || fresh.version !== job.version || fresh.history.length !== job.history.length || fresh.status !== job.status;
       job = fresh;
       if (changed) draw();
     } catch (err) {

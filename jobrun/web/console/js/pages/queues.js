@@ -1,8 +1,8 @@
 // Queues: every declared queue with its settings and live depth; one queue's page pauses and
 // resumes it.
 
-import { get, post, rows } from "../api.js";
-import { duration, empty, failure, h, json, loading, num, replace, status, table } from "../ui.js";
+import { get, rows } from "../api.js";
+import { duration, empty, failure, h, json, loading, num, replace, pauseOrResume, status, table } from "../ui.js";
 
 export async function render({ root, route, frame }) {
   const name = route.id;
@@ -26,12 +26,7 @@ export async function render({ root, route, frame }) {
   }
 
   async function setPaused(q, paused) {
-    try {
-      await post(`/queues/${encodeURIComponent(q)}/${paused ? "pause" : "resume"}`);
-      replace(notice, h("div", { class: "notice ok", role: "status" }, `Queue ${q} ${paused ? "paused: masters claim nothing from it until it is resumed" : "resumed"}.`));
-    } catch (err) {
-      replace(notice, failure(err, `Could not ${paused ? "pause" : "resume"} ${q}`));
-    }
+    await pauseOrResume(notice, "queue", q, paused, paused ? "paused: masters claim nothing from it until it is resumed" : "resumed");
     await load();
   }
 

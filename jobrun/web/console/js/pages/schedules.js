@@ -1,8 +1,8 @@
 // Schedules: next fires, pause/resume, recent runs. A server without the schedules endpoints
 // (404 from /api/v1/schedules) gets a clear "not available" state instead of an error.
 
-import { ApiError, get, post, query, rows } from "../api.js";
-import { empty, failure, h, json, loading, replace, status, table, when } from "../ui.js";
+import { ApiError, get, query, rows } from "../api.js";
+import { empty, failure, h, json, loading, replace, pauseOrResume, status, table, when } from "../ui.js";
 
 const nameOf = (s) => s.name ?? s.id;
 const nextOf = (s) => s.next_fire ?? s.next_run_at ?? s.next_fires?.[0] ?? s.next ?? null;
@@ -15,12 +15,7 @@ export async function render({ root, route }) {
   let disposed = false;
 
   async function setPaused(n, paused) {
-    try {
-      await post(`/schedules/${encodeURIComponent(n)}/${paused ? "pause" : "resume"}`);
-      replace(notice, h("div", { class: "notice ok", role: "status" }, `Schedule ${n} ${paused ? "paused" : "resumed"}.`));
-    } catch (err) {
-      replace(notice, failure(err, `Could not ${paused ? "pause" : "resume"} ${n}`));
-    }
+    await pauseOrResume(notice, "schedule", n, paused);
     await load();
   }
 
