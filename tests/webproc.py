@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 
 import httpx
 import pytest
@@ -21,26 +22,42 @@ def free_port() -> int:
 
 
 class WebProcess:
-    def __init__(self, env: dict[str, str], *args: str, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.args = ["--bind", f"127.0.0.1:{self.port}", *args]
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.extra = args
         self.env = env
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0, healthy: int = 200) -> "WebProcess":
+        for _ in range(5):  # another process may take the free port before the server binds it
+            try:
+                return self._start(timeout, healthy)
+            except RuntimeError as exc:
+                if "address already in use" not in str(exc):
+                    raise
+        raise RuntimeError("no free port")
+
+    def _start(self, timeout: float, healthy: int) -> "WebProcess":
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.args = ["--bind", f"127.0.0.1:{self.port}", *self.extra]
+        # Output goes to a file: a pipe nobody reads would block a server that logs a lot.
+        self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "jobrun", "web", *self.args],
-                                     env=self.env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-        wait_for(lambda: self._healthy(healthy), timeout=timeout, interval=0.05,
-                 message="jobrun web /healthz")
+                                     env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     text=True)
+        try:
+            wait_for(lambda: self._healthy(healthy), timeout=timeout, interval=0.05,
+                     message="jobrun web /healthz")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _healthy(self, status: int) -> bool:
         if self.proc.poll() is not None:
-            raise RuntimeError(f"jobrun web exited {self.proc.returncode}: {self.proc.stdout.read()}")
+            raise RuntimeError(f"jobrun web exited {self.proc.returncode}: {self.output()}")
         try:
-            return httpx.get(self.base + "/api/v1/healthz", timeout=2).status_code == status
+            return httpx.get(self.base + "/api/v1/healthz", timeout=15).status_code == status
         except httpx.HTTPError:
             return False
 
@@ -50,8 +67,12 @@ class WebProcess:
             return ""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=30)
-        return out
+        self.proc.wait(timeout=30)
+        return self.output()
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
 
     def __enter__(self) -> "WebProcess":
         return self.start()

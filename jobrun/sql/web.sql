@@ -53,15 +53,16 @@ SELECT task, status, count(*) AS n
  GROUP BY task, status
 
 -- name: web_task_runs
--- Per task, attempts that ended in the last `window` s: how many, how many succeeded, mean and p95 run time in seconds.
-SELECT j.task, count(*) AS runs,
-       count(*) FILTER (WHERE a.outcome = 'succeeded') AS succeeded,
-       avg(extract(epoch FROM a.finished_at - a.started_at))::float8 AS mean_run,
-       percentile_cont(0.95) WITHIN GROUP (
-           ORDER BY extract(epoch FROM a.finished_at - a.started_at))::float8 AS p95_run
-  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
- WHERE a.finished_at > now() - make_interval(secs => %(window)s)
-   AND a.started_at IS NOT NULL
-   AND a.outcome IN ('succeeded', 'failed', 'timeout', 'worker_lost', 'lease_expired')
-   AND (%(task)s::text IS NULL OR j.task = %(task)s)
- GROUP BY j.task
+-- Per task, of the latest `sample` attempts that ended in the last `window` s: how many, how many succeeded, mean and p95 run time in seconds.
+SELECT task, count(*) AS runs, count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
+       avg(run)::float8 AS mean_run,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY run)::float8 AS p95_run
+  FROM (SELECT j.task, a.outcome, extract(epoch FROM a.finished_at - a.started_at) AS run
+          FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+         WHERE a.finished_at > now() - make_interval(secs => %(window)s)
+           AND a.started_at IS NOT NULL
+           AND a.outcome IN ('succeeded', 'failed', 'timeout', 'worker_lost', 'lease_expired')
+           AND (%(task)s::text IS NULL OR j.task = %(task)s)
+         ORDER BY a.finished_at DESC
+         LIMIT %(sample)s) s
+ GROUP BY task

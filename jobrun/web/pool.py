@@ -17,6 +17,10 @@ from jobrun.client import AsyncClient
 from jobrun.store import db
 
 
+# Seconds a request waits for a pooled connection before it is answered 503.
+CONNECT_TIMEOUT = 5.0
+
+
 class Database:
     def __init__(self, settings: config.Settings, *, min_size: int = 1, max_size: int = 8) -> None:
         self.client = AsyncClient(settings=settings)
@@ -25,7 +29,7 @@ class Database:
         self.pool = AsyncConnectionPool(
             self.client.dsn, min_size=min_size, max_size=max_size, open=False,
             kwargs={"autocommit": True, "row_factory": dict_row}, configure=self._configure,
-            name="jobrun-web")
+            name="jobrun-web", timeout=CONNECT_TIMEOUT)
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         await conn.execute(self.q.web_session_utc)

@@ -18,6 +18,7 @@ from jobrun.sql import Queries
 OUTCOMES = ("succeeded", "failed", "retry", "timeout", "worker_lost", "lease_expired",
             "cancelled", "released")
 TASK_WINDOW = 3600.0  # seconds of finished attempts behind a task's rates and run times
+TASK_SAMPLE = 5000    # at most this many of those attempts (the latest)
 TASK_RECENT = 10      # recent jobs shown with one task
 MAX_PAGE = 100
 
@@ -123,12 +124,14 @@ def queues(q: Queries) -> Op:
 
 
 def tasks(q: Queries, task: str | None = None) -> Op:
-    """Per task: jobs by status, and over the last TASK_WINDOW s the attempts that ended, the
-    share that succeeded, mean and p95 run time; which live masters serve it."""
+    """Per task: jobs by status, and of the latest TASK_SAMPLE attempts that ended in the last
+    TASK_WINDOW s: how many, the share that succeeded, mean and p95 run time; which live
+    masters serve it."""
     if task is not None:
         validate.task_name(task)
     counts = yield Step(q.web_task_counts, {"task": task})
-    runs = yield Step(q.web_task_runs, {"task": task, "window": TASK_WINDOW})
+    runs = yield Step(q.web_task_runs, {"task": task, "window": TASK_WINDOW,
+                                        "sample": TASK_SAMPLE})
     masters = yield from workers(q)
     out: dict[str, dict[str, Any]] = {}
 

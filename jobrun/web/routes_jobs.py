@@ -7,10 +7,12 @@ body carries the job as it is now.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from datetime import date, datetime
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
 from jobrun import ops
@@ -30,8 +32,22 @@ def db(request: Request) -> Database:
     return request.app.state.db
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+class Reply(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, default=_plain, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode()
+
+
 def reply(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(jsonable_encoder(value), status_code=status, headers=headers)
+    return Reply(value, status_code=status, headers=headers)
 
 
 def job_reply(job: JobRecord, status: int = 200, **extra: Any) -> JSONResponse:

@@ -1,0 +1,46 @@
+"""The OpenAPI document describes every route of `jobrun web` and every error it can give."""
+
+from __future__ import annotations
+
+from fastapi.routing import APIRoute
+
+from jobrun import config
+from jobrun.web import routes_jobs, routes_observe
+from jobrun.web.app import create_app
+from jobrun.web.envelope import CODES, field_of
+
+
+def _app():
+    return create_app(config.Settings(database_url="postgresql://unused@/x"))
+
+
+def test_every_route_is_described_with_the_envelope():
+    app = _app()
+    doc = app.openapi()
+    routes = [r for router in (routes_jobs.router, routes_observe.router)
+              for r in router.routes if isinstance(r, APIRoute)]
+    assert len(routes) >= 16 and all(r.path.startswith("/api/v1/") for r in routes)
+    assert len(doc["paths"]) == len({r.path for r in routes})
+    for route in routes:
+        for method in route.methods:
+            op = doc["paths"][route.path][method.lower()]
+            errors = {int(s) for s in op["responses"] if int(s) >= 400}
+            assert 500 in errors, route.path
+            for status in errors:
+                ref = op["responses"][str(status)]["content"]["application/json"]["schema"]
+                assert ref == {"$ref": "#/components/schemas/ErrorBody"}, (route.path, status)
+            if route.path != "/api/v1/healthz":
+                assert {401, 422} <= errors, route.path
+            if method != "GET":
+                assert {400, 403, 413} <= errors, route.path
+    described = {int(s) for p in doc["paths"].values() for op in p.values()
+                 for s in op["responses"]}
+    assert set(CODES.values()) - {405} <= described  # 405 is the router's, for any path
+    assert set(doc["components"]["schemas"]["ErrorBody"]["properties"]) >= {
+        "message", "code", "fields"}
+
+
+def test_field_of_names_the_field_of_a_validation_message():
+    assert field_of("invalid task name 'a b': ...") == "task"
+    assert field_of("job 3: invalid priority 500: ...") == "jobs.3.priority"
+    assert field_of("something else") is None
