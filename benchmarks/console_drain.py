@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -24,6 +20,7 @@ if __package__ in (None, ""):
 
 from benchmarks import drain  # noqa: E402
 from benchmarks.common import Bench, add_db_args, median  # noqa: E402
+from tests.webproc import WebProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -31,50 +28,25 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-s
                  "--disable-component-update", "--disable-sync"]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Console:
     """`jobrun web` on the run's schema, and Chromium showing its overview, until closed."""
 
-    def __init__(self, dsn: str, schema: str, log: Path) -> None:
-        self.port = _port()
+    def __init__(self, dsn: str, schema: str) -> None:
         env = {**os.environ, "JOBRUN_DATABASE_URL": dsn, "JOBRUN_SCHEMA": schema,
                "PYTHONPATH": str(ROOT)}
-        with open(log, "ab") as err:
-            self.web = subprocess.Popen([sys.executable, "-m", "jobrun", "web", "--bind",
-                                         f"127.0.0.1:{self.port}"], env=env, cwd=ROOT,
-                                        stdout=subprocess.DEVNULL, stderr=err)
-        url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/v1/healthz", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or self.web.poll() is not None:
-                    raise RuntimeError("jobrun web did not start") from None
-                time.sleep(0.1)
+        self.web = WebProcess(env).start()
         from playwright.sync_api import sync_playwright
         self.pw = sync_playwright().start()
         self.browser = self.pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         self.page = self.browser.new_page(viewport={"width": 1280, "height": 800})
-        self.page.goto(f"{url}/")
+        self.page.goto(f"{self.web.base}/")
         self.page.wait_for_selector("#live.on", timeout=60_000)
         self.page.wait_for_selector("#totals", timeout=60_000)
 
     def close(self) -> None:
         self.browser.close()
         self.pw.stop()
-        self.web.terminate()
-        try:
-            self.web.wait(15)
-        except subprocess.TimeoutExpired:
-            self.web.kill()
-            self.web.wait()
+        self.web.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                     # The console opens on the schema the run is about to create and fill.
                     schema = new_schema()
                     bench.new_schema = lambda: schema
-                    console = Console(bench.dsn, schema, Path("console_drain.web.log"))
+                    console = Console(bench.dsn, schema)
                 try:
                     result = drain.run_once(bench, args, args.concurrency, None)
                 finally:

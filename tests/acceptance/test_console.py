@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import subprocess
-import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
 
-import jobrun
 from jobrun.testing import wait_for
 from tests.masterproc import ROOT, MasterProcess
 from tests.pngcheck import distinct_colours
+from tests.webproc import WebProcess
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -38,54 +34,14 @@ if not os.access(CHROMIUM, os.X_OK):
 expect = playwright_api.expect
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class WebProcess:
-    """`jobrun web` as a subprocess on a free loopback port, with a token."""
-
-    def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
-        self.port = _free_port()
-        self.token = secrets.token_urlsafe(16)
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**env, "PYTHONPATH": str(ROOT)}
-        self.token_file = tmp_path / "web.token"
-        self.token_file.write_text(self.token)
-        self.token_file.chmod(0o600)
-        self.stderr_path = tmp_path / "web.stderr"
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> "WebProcess":
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jobrun", "web", "--bind", f"127.0.0.1:{self.port}",
-                 "--token-file", str(self.token_file)],
-                env=self.env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=err)
-        wait_for(self._healthy, timeout=30, interval=0.1, message="jobrun web to answer")
-        return self
-
-    def _healthy(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"jobrun web exited: {self.stderr_path.read_text()[-2000:]}")
-        # An authenticated read, so that another server that took the port first cannot pass.
-        return urllib_status(f"{self.url}/api/v1/queues", self.token) == 200
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture
 def web(db_env, tmp_path, client):
-    with WebProcess(db_env, tmp_path) as w:
+    token = secrets.token_urlsafe(16)
+    token_file = tmp_path / "web.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    with WebProcess({**db_env, "PYTHONPATH": str(ROOT)}, "--token-file", str(token_file)) as w:
+        w.token, w.url = token, w.base
         yield w
 
 
@@ -264,7 +220,8 @@ def test_schedules_page_says_when_the_server_has_none(page, web):
     page.goto(page.url.split("#")[0] + "#/schedules")
     body = page.locator("#schedules-body")
     expect(body.locator(".loading")).to_have_count(0)
-    status = urllib_status(f"{web.url}/api/v1/schedules", web.token)
+    status = httpx.get(f"{web.url}/api/v1/schedules",
+                       headers={"Authorization": f"Bearer {web.token}"}, timeout=10).status_code
     if status == 404:
         expect(body).to_contain_text("Schedules are not available on this server")
     else:
@@ -273,14 +230,3 @@ def test_schedules_page_says_when_the_server_has_none(page, web):
 
 def paused(client, queue: str) -> bool:
     return next(q for q in client.queues() if q["name"] == queue)["paused"]
-
-
-def urllib_status(url: str, token: str) -> int:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
