@@ -161,10 +161,12 @@ def install(app: FastAPI) -> None:
     async def on_http(_: Request, exc: HTTPException) -> JSONResponse:
         return _http(exc)
 
+    async def on_too_deep(_: Request, exc: RecursionError) -> JSONResponse:
+        # JSON the parser took, nested too deeply to check or store.
+        return error_response("validation_failed", "the request body is nested too deeply",
+                              {"body": "nested too deeply"})
+
     async def on_other(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, RecursionError):  # JSON the parser took, too deep to check or store
-            return error_response("validation_failed", "the request body is nested too deeply",
-                                  {"body": "nested too deeply"})
         log.error("web.internal_error %s %s", request.method, request.url.path, exc_info=exc)
         return error_response("internal_error", "internal error")
 
@@ -172,4 +174,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(JobrunError, on_jobrun)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(RecursionError, on_too_deep)
     app.add_exception_handler(Exception, on_other)

@@ -12,7 +12,7 @@ import json
 from datetime import date, datetime
 from typing import Annotated, Any, Optional
 
-from fastapi import APIRouter, Body, Header, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from jobrun import ops
@@ -64,7 +64,12 @@ def _if_match(header: str | None) -> int | None:
     return int(text)
 
 
-def expected_version(body: Guarded | None, if_match: str | None) -> int | None:
+IfMatch = Annotated[Optional[str], Header(alias="If-Match", description="Expected job version")]
+GuardBody = Annotated[Optional[Guarded], Body()]
+
+
+def expected_version(body: GuardBody = None, if_match: IfMatch = None) -> int | None:
+    """The version a change expects: the body's, or If-Match's (they must agree)."""
     a, b = (body.version if body else None), _if_match(if_match)
     if a is not None and b is not None and a != b:
         raise ApiError("validation_failed", "the body's version and If-Match disagree",
@@ -72,8 +77,7 @@ def expected_version(body: Guarded | None, if_match: str | None) -> int | None:
     return a if a is not None else b
 
 
-IfMatch = Annotated[Optional[str], Header(alias="If-Match", description="Expected job version")]
-GuardBody = Annotated[Optional[Guarded], Body()]
+Version = Annotated[Optional[int], Depends(expected_version)]
 
 
 @router.post("/jobs", status_code=201, response_model=JobRecord,
@@ -128,31 +132,30 @@ async def get_job(request: Request, job_id: JobId):
     return job_reply(await db(request).run(ops.get(db(request).q, job_id)))
 
 
-@router.delete("/jobs/{job_id}", response_model=JobRecord,
-               responses=responses(*WRITE, "not_found", "conflict"))
-async def delete_job(request: Request, job_id: JobId, body: GuardBody = None,
-                     if_match: IfMatch = None):
+async def change(request: Request, op, job_id: int, version: int | None) -> JSONResponse:
+    d = db(request)
+    return job_reply(await d.run(op(d.q, job_id, version)))
+
+
+CHANGE = {"response_model": JobRecord, "responses": responses(*WRITE, "not_found", "conflict")}
+
+
+@router.delete("/jobs/{job_id}", **CHANGE)
+async def delete_job(request: Request, job_id: JobId, version: Version):
     """Delete a finished job (succeeded, dead or cancelled) and its attempts; returns it."""
-    d = db(request)
-    return job_reply(await d.run(ops.delete(d.q, job_id, expected_version(body, if_match))))
+    return await change(request, ops.delete, job_id, version)
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobRecord,
-             responses=responses(*WRITE, "not_found", "conflict"))
-async def cancel_job(request: Request, job_id: JobId, body: GuardBody = None,
-                     if_match: IfMatch = None):
+@router.post("/jobs/{job_id}/cancel", **CHANGE)
+async def cancel_job(request: Request, job_id: JobId, version: Version):
     """Cancel a queued job now, or ask a leased one to stop (cancel_requested)."""
-    d = db(request)
-    return job_reply(await d.run(ops.cancel(d.q, job_id, expected_version(body, if_match))))
+    return await change(request, ops.cancel, job_id, version)
 
 
-@router.post("/jobs/{job_id}/retry", response_model=JobRecord,
-             responses=responses(*WRITE, "not_found", "conflict"))
-async def retry_job(request: Request, job_id: JobId, body: GuardBody = None,
-                    if_match: IfMatch = None):
+@router.post("/jobs/{job_id}/retry", **CHANGE)
+async def retry_job(request: Request, job_id: JobId, version: Version):
     """Put a dead or cancelled job back in its queue with its attempts reset."""
-    d = db(request)
-    return job_reply(await d.run(ops.retry(d.q, job_id, expected_version(body, if_match))))
+    return await change(request, ops.retry, job_id, version)
 
 
 @router.get("/jobs/{job_id}/attempts", response_model=list[AttemptRecord],
