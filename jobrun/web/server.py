@@ -69,6 +69,7 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
     import setproctitle
     import uvicorn
 
+    from jobrun.web import console
     from jobrun.web.app import create_app
 
     where = parse_bind(bind)
@@ -78,7 +79,8 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
                            " a token: give --token-file")
     origins = tuple(check_origin(o) for o in allow_origins)
     hosts = loopback_hosts(where.host, where.port) if where.loopback else frozenset()
-    app = create_app(settings, token=token, allow_origins=origins, hosts=hosts)
+    # The console's files at /, the guarded API at /api (jobrun/web/console).
+    app = console.beside(create_app(settings, token=token, allow_origins=origins, hosts=hosts))
     setproctitle.setproctitle(f"jobrun web {where.host}:{where.port}")
     logging.getLogger("jobrun.web").setLevel(settings.log_level.upper())
     uvicorn.run(app, host=where.host, port=where.port, loop="uvloop", lifespan="on",

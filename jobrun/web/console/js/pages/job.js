@@ -1,0 +1,101 @@
+// One job: payload, state, version, attempts (who ran it, when, outcome, error, traceback,
+// result, captured log); cancel and retry guarded by the version shown: a page that went stale
+// gets the server's 409 and shows it, never overwriting a newer state.
+
+import { ApiError, get, post, rows } from "../api.js";
+import { duration, failure, h, json, loading, replace, status, when } from "../ui.js";
+
+export async function render({ root, route }) {
+  const id = route.id;
+  let job = null;
+  let disposed = false;
+  const notice = h("div", { id: "job-notice", "aria-live": "polite" });
+  const body = h("div", { id: "job-body" }, loading());
+  replace(root, h("h1", {}, `Job #${id}`), notice, body);
+
+  async function fetchJob() {
+    const data = await get(`/jobs/${encodeURIComponent(id)}`);
+    const j = data?.job ?? data;
+    let history = data?.history;
+    if (!Array.isArray(history)) history = rows(await get(`/jobs/${encodeURIComponent(id)}/attempts`), "attempts");
+    return { ...j, history };
+  }
+
+  async function act(action) {
+    const shown = job;
+    try {
+      await post(`/jobs/${encodeURIComponent(id)}/${action}`, { version: shown.version });
+      replace(notice, h("div", { class: "notice ok", role: "status" }, `${action === "retry" ? "Retried" : "Cancel requested"} (was version ${shown.version}).`));
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 409) {
+        replace(notice, h("div", { class: "notice error", role: "alert", id: "conflict" },
+          h("strong", {}, "409 Conflict: "), err.message,
+          h("p", {}, `This page showed version ${shown.version}; the job changed since. Nothing was overwritten. The page now shows the current state; check it and try again if it still applies.`)));
+      } else {
+        replace(notice, failure(err, `Could not ${action}`));
+      }
+    }
+    await refresh();
+  }
+
+  function draw() {
+    const j = job;
+    const canCancel = j.status === "queued" || j.status === "leased";
+    const canRetry = j.status === "dead" || j.status === "cancelled";
+    const attempts = j.history;
+    replace(body,
+      h("div", { class: "actions" },
+        h("button", { id: "cancel", class: "danger", disabled: !canCancel || j.cancel_requested, onclick: () => act("cancel"), title: canCancel ? "Cancel this job (a running one stops at its next heartbeat)" : "Only queued or leased jobs can be cancelled" }, j.cancel_requested ? "Cancel requested" : "Cancel"),
+        h("button", { id: "retry", class: "primary", disabled: !canRetry, onclick: () => act("retry"), title: canRetry ? "Queue it again now, attempts reset" : "Only dead or cancelled jobs can be retried" }, "Retry")),
+      h("div", { class: "cols" },
+        h("div", {},
+          h("h2", {}, "State"),
+          h("dl", { class: "kv" },
+            h("dt", {}, "status"), h("dd", { id: "job-status" }, status(j.status), j.cancel_requested ? " (cancel requested)" : ""),
+            h("dt", {}, "version"), h("dd", { id: "job-version" }, String(j.version ?? "–")),
+            h("dt", {}, "task"), h("dd", {}, h("a", { href: `#/jobs?task=${encodeURIComponent(j.task)}` }, j.task)),
+            h("dt", {}, "queue"), h("dd", {}, h("a", { href: `#/queues/${encodeURIComponent(j.queue)}` }, j.queue)),
+            h("dt", {}, "attempts"), h("dd", {}, `${j.attempts} of ${j.max_attempts}${j.crashes ? `, ${j.crashes} crashed` : ""}`),
+            h("dt", {}, "priority"), h("dd", {}, String(j.priority)),
+            h("dt", {}, "run at"), h("dd", {}, when(j.run_at)),
+            h("dt", {}, "created"), h("dd", {}, when(j.created_at)),
+            h("dt", {}, "started"), h("dd", {}, when(j.started_at)),
+            h("dt", {}, "finished"), h("dd", {}, when(j.finished_at)),
+            j.lease_owner ? [h("dt", {}, "leased by"), h("dd", { class: "mono" }, j.lease_owner)] : null,
+            j.idempotency_key ? [h("dt", {}, "idempotency key"), h("dd", { class: "mono" }, j.idempotency_key)] : null,
+            j.schedule ? [h("dt", {}, "schedule"), h("dd", {}, h("a", { href: `#/schedules/${encodeURIComponent(j.schedule)}` }, j.schedule))] : null,
+            j.traceparent ? [h("dt", {}, "traceparent"), h("dd", { class: "mono" }, j.traceparent)] : null)),
+        h("div", {}, h("h2", {}, "Payload"), json(j.payload))),
+      h("h2", {}, `Attempts (${attempts.length})`),
+      attempts.length ? attempts.map(attempt) : h("p", { class: "state empty" }, j.status === "queued" ? "Not run yet: it waits for a master serving its queue." : "No finished attempt."));
+  }
+
+  async function refresh() {
+    try {
+      const fresh = await fetchJob();
+      if (disposed) return;
+      const changed = !job || fresh.version !== job.version || fresh.history.length !== job.history.length || fresh.status !== job.status;
+      job = fresh;
+      if (changed) draw();
+    } catch (err) {
+      if (!disposed) replace(body, failure(err, `Could not load job #${id}`));
+    }
+  }
+
+  await refresh();
+  return {
+    live(frame) { if (!frame.error && job && !["succeeded"].includes(job.status)) refresh(); },
+    dispose() { disposed = true; },
+  };
+}
+
+function attempt(a) {
+  const ran = a.started_at && a.finished_at ? (new Date(a.finished_at) - new Date(a.started_at)) / 1000 : null;
+  const who = [a.worker_host, a.worker_pid && `pid ${a.worker_pid}`, a.worker_child !== null && a.worker_child !== undefined && `child ${a.worker_child}`].filter(Boolean).join(" · ");
+  return h("details", { class: "card attempt", open: true, dataset: { attempt: a.attempt } },
+    h("summary", {}, `Attempt ${a.attempt} `, status(a.outcome), ` · ${who || "unknown worker"} · `, when(a.finished_at), ran !== null ? ` · ran ${duration(ran)}` : ""),
+    a.error ? [h("h3", {}, "Error"), h("pre", { class: "mono err" }, a.error)] : null,
+    a.traceback ? [h("h3", {}, "Traceback"), h("pre", { class: "mono" }, a.traceback)] : null,
+    a.result !== undefined && a.result !== null ? [h("h3", {}, "Result"), json(a.result)] : null,
+    a.log ? [h("h3", {}, "Log"), h("pre", { class: "mono log" }, a.log)] : h("p", { class: "legend" }, "No captured log."));
+}

@@ -1,0 +1,180 @@
+"""``GET /api/v1/events``: a server-sent-events stream of the queue's state, coalesced.
+
+The console keeps its pages current from this stream instead of polling each endpoint. Under
+a fast drain thousands of jobs change state per second; sending the browser one event per job
+(or running one query per job) would flood the page and load the database the queue needs.
+So the stream is a *summary*, computed on a clock, never per job:
+
+- One :class:`Summaries` per web process reads one frame of ``jobrun top``
+  (:func:`jobrun.admin.top.snapshot`: depth by status, rates in and done, wait p50/p95, live
+  masters with their busy children and in-flight jobs, the latest failures; one read-only
+  REPEATABLE READ transaction of a few indexed queries) every ``interval`` seconds (0.5 by
+  default, never below 0.25), on its own connection, only while someone is subscribed. Its
+  cost does not grow with the number of jobs or of open pages.
+- A frame equal to the previous one (times and ages aside) is not sent. An idle queue costs a
+  keep-alive comment every 15 s and nothing else.
+- Each subscriber holds only the newest frame: a slow browser skips frames instead of queuing
+  them, so the stream never buffers.
+
+Events: ``snapshot`` (the first frame, on connect), ``summary`` (a changed frame), ``error``
+(the database cannot be read: ``{"error": ...}``; frames resume when it is back). Each
+``data`` is one JSON object: ``{"seq", "at", "queues", "masters", "stale_masters", "failures",
+"inflight"}`` as in :meth:`jobrun.admin.top.Snapshot.to_dict`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from typing import Any
+
+from starlette.responses import StreamingResponse
+
+from jobrun.admin import top
+from jobrun.errors import JobrunError
+from jobrun.logs import event
+from jobrun.sql import Queries
+
+log = logging.getLogger("jobrun.web.events")
+
+MIN_INTERVAL = 0.25
+KEEPALIVE = 15.0
+# Fields that move on every frame without anything having happened (the clock, ages, run time
+# of in-flight jobs); a frame that differs only in these is not sent.
+_CLOCK_FIELDS = frozenset({"at", "uptime", "last_seen", "last_seen_ago", "age", "oldest_age",
+                           "elapsed"})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _without_clock(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_clock(v) for k, v in value.items() if k not in _CLOCK_FIELDS}
+    if isinstance(value, list):
+        return [_without_clock(v) for v in value]
+    return value
+
+
+class _Subscriber:
+    """The newest frame not yet sent to one client, and a flag that one is waiting."""
+
+    def __init__(self) -> None:
+        self.frame: tuple[str, str] | None = None
+        self.ready = asyncio.Event()
+
+    def offer(self, kind: str, data: str) -> None:
+        self.frame = (kind, data)  # replaces an unsent older frame: coalescing per client
+        self.ready.set()
+
+    def take(self) -> tuple[str, str] | None:
+        frame, self.frame = self.frame, None
+        self.ready.clear()
+        return frame
+
+
+class Summaries:
+    """One poller shared by every open stream of a web process."""
+
+    def __init__(self, fetch: Callable[[], dict[str, Any]], interval: float = 0.5) -> None:
+        self.fetch = fetch  # blocking; runs in a thread
+        self.interval = max(MIN_INTERVAL, interval)
+        self.frames = 0  # frames read from the database (for tests and measurements)
+        self._subscribers: set[_Subscriber] = set()
+        self._task: asyncio.Task | None = None
+        self._last: tuple[str, str] | None = None
+        self._last_key: Any = None
+        self._seq = 0
+
+    @classmethod
+    def for_database(cls, dsn: str, queries: Queries, interval: float = 0.5) -> "Summaries":
+        source = top.Source(dsn, queries)
+        return cls(lambda: source.run(top.snapshot).to_dict(), interval)
+
+    async def stream(self) -> AsyncIterator[str]:
+        """SSE text for one client: the current frame first, then each changed one."""
+        sub = _Subscriber()
+        self._subscribers.add(sub)
+        if self._last is not None:
+            sub.offer("snapshot", self._last[1])
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._poll(), name="jobrun-web-events")
+        first = True
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(sub.ready.wait(), KEEPALIVE)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                frame = sub.take()
+                if frame is None:
+                    continue
+                kind, data = frame
+                if first and kind == "summary":
+                    kind = "snapshot"
+                first = False
+                yield f"event: {kind}\ndata: {data}\n\n"
+        finally:
+            self._subscribers.discard(sub)
+
+    async def _poll(self) -> None:
+        while self._subscribers:
+            await self._tick()
+            await asyncio.sleep(self.interval)
+        self._last = self._last_key = None  # nobody listening: the next stream reads afresh
+
+    async def _tick(self) -> None:
+        try:
+            frame = await asyncio.to_thread(self.fetch)
+        except JobrunError as exc:
+            self._last_key = None
+            self._publish("error", json.dumps({"error": str(exc)}))
+            return
+        except Exception as exc:  # the stream must outlive a bad frame; say what broke
+            event(log, logging.ERROR, "web.events.frame_failed", error=repr(exc))
+            self._publish("error", json.dumps({"error": f"could not read the queue state: {exc}"}))
+            return
+        self.frames += 1
+        key = _without_clock(frame)
+        if key == self._last_key:
+            return
+        self._last_key = key
+        self._seq += 1
+        data = json.dumps({"seq": self._seq, **frame}, default=_plain, separators=(",", ":"))
+        self._last = ("summary", data)
+        self._publish("summary", data)
+
+    def _publish(self, kind: str, data: str) -> None:
+        for sub in self._subscribers:
+            sub.offer(kind, data)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+
+
+def install(app: Any, dsn: str, queries: Queries, interval: float = 0.5) -> Summaries:
+    """Add ``GET /api/v1/events`` to a FastAPI ``app``. The poller runs only while a stream is
+    open, so it needs no shutdown hook: it ends with the last stream."""
+    summaries = Summaries.for_database(dsn, queries, interval)
+
+    async def events():
+        return StreamingResponse(summaries.stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    # Not in the OpenAPI document, which describes the JSON endpoints; docs/console.md does.
+    app.add_api_route("/api/v1/events", events, methods=["GET"], include_in_schema=False)
+    app.state.summaries = summaries
+    return summaries
