@@ -3,12 +3,14 @@ CORS for explicitly allowed origins only."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 
-from jobrun import __version__, config
+from jobrun import __version__, config, sdnotify
 from jobrun.web import envelope, events, routes_jobs, routes_observe
 from jobrun.web.guard import Guard, Policy
 from jobrun.web.pool import Database
@@ -33,11 +35,17 @@ def create_app(settings: config.Settings, *, token: str | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        notify = sdnotify.Notify.from_env()  # under systemd (Type=notify); else a no-op
         await database.open()
+        notify.send(ready=1, status="serving", mainpid=os.getpid())
+        pinger = asyncio.ensure_future(sdnotify.ping(notify))
         try:
             yield
         finally:
+            notify.send(stopping=1)
+            pinger.cancel()
             await database.close()
+            notify.close()
 
     app = FastAPI(title="jobrun", version=__version__, lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None,

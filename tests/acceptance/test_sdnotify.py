@@ -133,7 +133,7 @@ def _state(pid: int) -> str:
 
 
 def test_notify_without_socket_is_a_no_op():
-    from jobrun.worker.sdnotify import Notify
+    from jobrun.sdnotify import Notify
 
     environ = {"WATCHDOG_USEC": "1000"}
     notify = Notify.from_env(environ)
@@ -142,7 +142,7 @@ def test_notify_without_socket_is_a_no_op():
 
 
 def test_notify_to_a_path_socket_and_foreign_watchdog(tmp_path):
-    from jobrun.worker.sdnotify import Notify
+    from jobrun.sdnotify import Notify
 
     path = str(tmp_path / "notify.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -157,3 +157,20 @@ def test_notify_to_a_path_socket_and_foreign_watchdog(tmp_path):
         notify.close()
     finally:
         server.close()
+
+
+def test_web_ready_watchdog_and_stopping(db_env, systemd):
+    """`jobrun web` (systemd/jobrun-web.service, Type=notify): READY=1 once it serves, watchdog
+    pings from its event loop, STOPPING=1 on SIGTERM."""
+    from tests.webproc import WebProcess
+
+    env = dict(db_env, NOTIFY_SOCKET=systemd.name, WATCHDOG_USEC="400000")  # ping every 0.2 s
+    web = WebProcess(env).start()
+    try:
+        [ready] = wait_for(lambda: systemd.having("READY", "1"), timeout=10, message="READY=1")
+        assert ready["MAINPID"] == str(web.proc.pid)
+        wait_for(lambda: len(systemd.having("WATCHDOG", "1")) >= 3, timeout=10,
+                 message="watchdog pings")
+    finally:
+        web.stop()
+    assert systemd.having("STOPPING", "1")

@@ -6,7 +6,8 @@ import socket
 import threading
 from types import SimpleNamespace
 
-from jobrun.worker.sdnotify import Notify, SystemdHooks
+from jobrun.sdnotify import Notify
+from jobrun.worker.sdnotify import SystemdHooks
 from jobrun.worker.supervisor import ChildState
 
 
