@@ -21,11 +21,13 @@ WITH d AS (
 SELECT * FROM d
 
 -- name: web_list_jobs
--- Jobs newest first, by any of `statuses`, queue, task and a substring of id, task or idempotency key; keyset on id (before = last id seen).
+-- Jobs newest first, by any of `statuses`, queue, task, schedule (name) and a substring of id, task or idempotency key; keyset on id (before = last id seen).
 SELECT * FROM {schema}.jobs
  WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(task)s::text IS NULL OR task = %(task)s)
+   AND (%(schedule)s::text IS NULL
+        OR schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
    AND (%(q)s::text IS NULL OR strpos(id::text, %(q)s) > 0 OR strpos(task, %(q)s) > 0
         OR strpos(idempotency_key, %(q)s) > 0)
    AND (%(before)s::bigint IS NULL OR id < %(before)s)

@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 
 from jobrun import __version__, config, sdnotify
-from jobrun.web import envelope, events, routes_jobs, routes_observe
+from jobrun.web import envelope, events, routes_jobs, routes_observe, routes_schedules
 from jobrun.web.guard import Guard, Policy
 from jobrun.web.pool import Database
 
@@ -54,6 +54,7 @@ def create_app(settings: config.Settings, *, token: str | None = None,
     envelope.install(app)
     app.include_router(routes_jobs.router)
     app.include_router(routes_observe.router)
+    app.include_router(routes_schedules.router)
     events.install(app, database.client.dsn, database.q)  # GET /api/v1/events (the console's)
     limit = settings.max_payload_bytes + BODY_MARGIN
     policy = Policy(token=token, allow_origins=frozenset(allow_origins), hosts=hosts,

@@ -37,13 +37,14 @@ def _page(limit: int) -> int:
 
 
 def list_jobs(q: Queries, *, statuses: Sequence[str] = (), queue: str | None = None,
-              task: str | None = None, text: str | None = None, limit: int = 50,
-              cursor: str | None = None) -> Op:
+              task: str | None = None, schedule: str | None = None, text: str | None = None,
+              limit: int = 50, cursor: str | None = None) -> Op:
     """(jobs newest first, the cursor of the next page or None)."""
     params = {
         "statuses": _one_of(statuses, ops.STATUSES, "status"),
         "queue": validate.queue_name(queue) if queue is not None else None,
         "task": validate.task_name(task) if task is not None else None,
+        "schedule": validate.schedule_name(schedule) if schedule is not None else None,
         "q": _search_text(text), "limit": _page(limit), "before": _job_cursor(cursor),
     }
     rows = yield Step(q.web_list_jobs, params)

@@ -115,6 +115,7 @@ async def list_jobs(
     request: Request,
     status: Annotated[list[str], Query(description="Repeatable; any of them matches")] = [],
     queue: Optional[str] = None, task: Optional[str] = None,
+    schedule: Annotated[Optional[str], Query(description="Jobs made by this schedule")] = None,
     q: Annotated[Optional[str], Query(description="Substring of id, task or idempotency key")] = None,
     limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
     cursor: Annotated[Optional[str], Query(description="next_cursor of the previous page")] = None,
@@ -122,7 +123,8 @@ async def list_jobs(
     """Jobs newest first: {"jobs": [...], "next_cursor": str | null}."""
     d = db(request)
     jobs, following = await d.run(reads.list_jobs(
-        d.q, statuses=status, queue=queue, task=task, text=q, limit=limit, cursor=cursor))
+        d.q, statuses=status, queue=queue, task=task, schedule=schedule, text=q, limit=limit,
+        cursor=cursor))
     return reply({"jobs": [j.to_dict() for j in jobs], "next_cursor": following})
 
 

@@ -12,7 +12,6 @@ import os
 import secrets
 from pathlib import Path
 
-import httpx
 import pytest
 
 from jobrun.testing import wait_for
@@ -216,16 +215,22 @@ def test_every_page_renders_and_keys_move_between_them(page, master, client, tmp
     shot(page, tmp_path, "workers-phone")
 
 
-def test_schedules_page_says_when_the_server_has_none(page, web):
-    page.goto(page.url.split("#")[0] + "#/schedules")
+def test_a_schedule_is_listed_opened_and_paused(page, client, tmp_path):
+    client.schedules.create("nightly", "30 1 * * *", "noop", tz="Europe/London")
+    base = page.url.split("#")[0]
+    page.goto(base + "#/schedules")
     body = page.locator("#schedules-body")
-    expect(body.locator(".loading")).to_have_count(0)
-    status = httpx.get(f"{web.url}/api/v1/schedules",
-                       headers={"Authorization": f"Bearer {web.token}"}, timeout=10).status_code
-    if status == 404:
-        expect(body).to_contain_text("Schedules are not available on this server")
-    else:
-        expect(body.locator(".state.error")).to_have_count(0)
+    expect(body.locator("tr[data-row]")).to_have_count(1)
+    expect(body).to_contain_text("30 1 * * *")
+    shot(page, tmp_path, "schedules")
+    page.goto(base + "#/schedules/nightly")
+    expect(page.locator("main h1")).to_have_text("Schedule nightly")
+    expect(body.locator("li")).to_have_count(5)  # the next fire times
+    page.locator("#pause").click()
+    expect(page.locator("#schedule-notice")).to_contain_text("Schedule nightly paused")
+    assert client.schedules.get("nightly").paused
+    expect(page.locator("#resume")).to_be_visible()
+    shot(page, tmp_path, "schedule-detail")
 
 
 def paused(client, queue: str) -> bool:

@@ -1,7 +1,7 @@
 // Schedules: next fires, pause/resume, recent runs. A server without the schedules endpoints
 // (404 from /api/v1/schedules) gets a clear "not available" state instead of an error.
 
-import { ApiError, get, query, rows } from "../api.js";
+import { ApiError, get, rows } from "../api.js";
 import { empty, failure, h, json, loading, replace, pauseOrResume, status, table, when } from "../ui.js";
 
 const nameOf = (s) => s.name ?? s.id;
@@ -37,8 +37,7 @@ export async function render({ root, route }) {
       }
       const data = await get(`/schedules/${encodeURIComponent(name)}`);
       const s = data?.schedule ?? data;
-      let runs = [];
-      try { runs = rows(await get(`/jobs${query({ schedule: name, limit: 20 })}`), "jobs"); } catch { runs = []; }
+      const runs = rows(data?.runs, "runs");
       if (disposed) return;
       const fires = s.next_fires ?? (nextOf(s) ? [nextOf(s)] : []);
       replace(body,
