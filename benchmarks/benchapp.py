@@ -4,10 +4,14 @@
 dispatch over the pipe, completion). ``cpu`` burns ``payload["ms"]`` milliseconds of
 pure-Python CPU time in the child (process CPU time, not wall time), so a drain of cpu jobs
 shows whether the prefork children really run in parallel on the machine's cores.
+``echo`` stands for a realistic job: it returns its payload's ``data`` as its result (so the
+result is as large as the payload) and logs ``payload["log"]`` lines, which the child keeps as
+the attempt's log.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 import jobrun
@@ -30,3 +34,14 @@ def cpu(job: jobrun.Job):
         for i in range(100):  # pure-Python arithmetic between clock reads
             x += i * i
     return None
+
+
+log = logging.getLogger("benchapp")
+
+
+@app.task("echo")
+def echo(job: jobrun.Job):
+    payload = job.payload or {}
+    for i in range(int(payload.get("log", 0))):
+        log.info("echo line %d of job %d", i + 1, job.id)
+    return {"data": payload.get("data")}

@@ -321,24 +321,35 @@ def _stat(pid: int) -> tuple[int, float] | None:
         return None
 
 
-def cpu_seconds(master_pid: int | None, postmaster_pid: int | None) -> dict[str, float]:
-    """CPU seconds used so far by the master, its children, and the cluster's processes.
+def cpu_seconds(master_pid: int | Sequence[int] | None, postmaster_pid: int | None) -> dict[str, float]:
+    """CPU seconds used so far by the master(s), their descendants (children, and a fork
+    server's), and the cluster's processes.
 
-    Live processes only: take both snapshots while the master runs. The postgres figure
+    Live processes only: take both snapshots while the masters run. The postgres figure
     counts the postmaster and its children (backends, WAL writer, autovacuum...).
     """
+    masters = set() if master_pid is None else (
+        {master_pid} if isinstance(master_pid, int) else set(master_pid))
     out = {"master": 0.0, "children": 0.0, "postgres": 0.0}
+    stats: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        st = _stat(pid)
-        if st is None:
-            continue
-        ppid, secs = st
-        if pid == master_pid:
+        if entry.isdigit():
+            st = _stat(int(entry))
+            if st is not None:
+                stats[int(entry)] = st
+
+    def under(pid: int, roots: set[int]) -> bool:
+        seen = 0
+        while pid in stats and seen < 64:
+            pid, seen = stats[pid][0], seen + 1
+            if pid in roots:
+                return True
+        return False
+
+    for pid, (ppid, secs) in stats.items():
+        if pid in masters:
             out["master"] += secs
-        elif master_pid is not None and ppid == master_pid:
+        elif masters and under(pid, masters):
             out["children"] += secs
         elif postmaster_pid is not None and (pid == postmaster_pid or ppid == postmaster_pid):
             out["postgres"] += secs

@@ -3,12 +3,21 @@
     PYTHONPATH=. python benchmarks/drain.py --pg-bin /usr/lib/postgresql/15/bin
     PYTHONPATH=. python benchmarks/drain.py --pg-bin /usr/lib/postgresql/15/bin \\
         --task cpu --cpu-ms 5 --jobs 4000 --concurrency 1,2,4
+    PYTHONPATH=. python benchmarks/drain.py --pg-bin /usr/lib/postgresql/15/bin \
+        --task echo --payload-bytes 65536 --log-lines 3 --jobs 5000 --concurrency 4
+    PYTHONPATH=. python benchmarks/drain.py --pg-bin /usr/lib/postgresql/15/bin \
+        --masters 4 --concurrency 8          # four masters at -c 2 each
 
 For each concurrency C (and each of --repeat runs): a fresh schema; N jobs enqueued with
 Client.enqueue_many while no master runs; then `jobrun-master -A benchmarks.benchapp -c C`
 starts and the clock runs from its `master.ready` log line until a 50 ms poll of
 `count(*) WHERE status = 'succeeded'` reaches N. The same run is also timed from database
 timestamps: N / (max(job_attempts.finished_at) - min(job_attempts.started_at)).
+
+``--masters M`` starts M masters on the same schema, each at -c C/M (the same total
+concurrency), and times from the last one's `master.ready`. ``--task echo`` runs jobs with a
+``--payload-bytes`` string in their payload, returned as their result, each logging
+``--log-lines`` lines kept as its attempt log.
 """
 
 from __future__ import annotations
@@ -56,12 +65,14 @@ def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: 
     bench.pgss_reset()
     wait_quiet(args.quiet_below, args.patience)
 
-    master = bench.start_master(schema, concurrency)
+    masters = [bench.start_master(schema, concurrency // args.masters)
+               for _ in range(args.masters)]
+    master = masters[0]
     polls = 0
     try:
-        ready = master.wait_ready(timeout=120)
+        ready = max(m.wait_ready(timeout=120) for m in masters)
         postmaster = bench.postmaster_pid()
-        cpu_before = cpu_seconds(master.pid, postmaster)
+        cpu_before = cpu_seconds([m.pid for m in masters], postmaster)
         # The poll itself costs database CPU, so it counts the jobs still to do (through the
         # partial indexes on queued and leased rows, which shrink as the queue drains) rather
         # than the finished ones (a scan of the whole table, 8 ms at 60,000 jobs).
@@ -78,20 +89,22 @@ def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: 
                     polls += 1
                 now = time.monotonic()
                 if done >= n:
-                    cpu_after = cpu_seconds(master.pid, postmaster)
+                    cpu_after = cpu_seconds([m.pid for m in masters], postmaster)
                     break
                 if failed:
                     raise RuntimeError(f"{failed} jobs ended dead or cancelled; see the master log")
-                if not master.running():
-                    raise RuntimeError(f"jobrun-master exited early (code {master.popen.returncode})")
+                for m in masters:
+                    if not m.running():
+                        raise RuntimeError(f"jobrun-master exited early (code {m.popen.returncode})")
                 if now > deadline:
                     raise RuntimeError(f"only {done} of {n} jobs succeeded after {args.timeout:g}s")
                 time.sleep(POLL)
         finished = now
     finally:
-        code = bench.stop_master(master)
-    if code not in (0, None):
-        master.problems.append(f"benchmark: jobrun-master exited with code {code}")
+        codes = [bench.stop_master(m) for m in masters]
+    for code in codes:
+        if code not in (0, None):
+            master.problems.append(f"benchmark: jobrun-master exited with code {code}")
     commits = bench.commits() - commits_before - polls
 
     with bench.connect() as conn:
@@ -109,7 +122,7 @@ def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: 
         "db_rate": n / db_span if db_span else float("nan"),
         "mid_rate": 0.8 * n / mid_span if mid_span else float("nan"),
         "commits_per_job": commits / n, "attempts": n_attempts, "not_ok": not_ok,
-        "problems": master.problems,
+        "problems": [line for m in masters for line in m.problems],
         "cores": cores_used(cpu_before, cpu_after, wall),
     }
     result["report"] = lambda: bench.pgss_report(schema)
@@ -123,7 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int_list, default=[1, 2, 4, 16],
                         help="comma-separated -c values (default 1,2,4,16)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per -c value (default 3)")
-    parser.add_argument("--task", choices=("noop", "cpu"), default="noop")
+    parser.add_argument("--task", choices=("noop", "cpu", "echo"), default="noop")
+    parser.add_argument("--payload-bytes", type=int, default=1024,
+                        help="echo: bytes of data in each payload, returned as its result (default 1024)")
+    parser.add_argument("--log-lines", type=int, default=0,
+                        help="echo: lines each job logs into its attempt log (default 0)")
+    parser.add_argument("--masters", type=int, default=1,
+                        help="masters on the one schema, each at -c C/M (default 1)")
     parser.add_argument("--cpu-ms", type=float, default=5.0,
                         help="CPU milliseconds each cpu job burns (default 5)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up a run after this many seconds")
@@ -131,8 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 10 or args.repeat < 1:
         parser.error("--jobs must be at least 10 and --repeat at least 1")
-    payload = {"ms": args.cpu_ms} if args.task == "cpu" else None
-    what = f"{args.task} ({args.cpu_ms:g} ms CPU each)" if args.task == "cpu" else "noop"
+    if args.masters < 1 or any(c % args.masters for c in args.concurrency):
+        parser.error("--masters must divide every --concurrency value")
+    payload: Any = None
+    what = "noop"
+    if args.task == "cpu":
+        payload, what = {"ms": args.cpu_ms}, f"cpu ({args.cpu_ms:g} ms CPU each)"
+    elif args.task == "echo":
+        payload = {"data": "x" * args.payload_bytes, "log": args.log_lines}
+        what = f"echo ({args.payload_bytes:,} B payload and result, {args.log_lines} log lines)"
+    if args.masters > 1:
+        what += f", {args.masters} masters sharing -c"
 
     begun = time.monotonic()
     with Bench(args) as bench:

@@ -162,8 +162,9 @@ class Scheduler(Service):
     def _step_down(self, why: str) -> None:
         if self.leading:
             self.leading = False
-            event(log, logging.WARNING, "scheduler.step_down", owner=self.owner, term=self.term,
-                  reason=why)
+            # A clean stop hands the lease over on purpose; anything else is worth a look.
+            event(log, logging.INFO if why == "stopping" else logging.WARNING,
+                  "scheduler.step_down", owner=self.owner, term=self.term, reason=why)
             if self.metrics:
                 self.metrics.scheduler_leading.set(0)
         self._renew_at = min(self._renew_at, time.monotonic() + self.period)
