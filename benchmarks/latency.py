@@ -2,6 +2,8 @@
 
     PYTHONPATH=. python benchmarks/latency.py --pg-bin /usr/lib/postgresql/15/bin --rate 200
     PYTHONPATH=. python benchmarks/latency.py --pg-bin /usr/lib/postgresql/15/bin --rate 1000
+    PYTHONPATH=. python benchmarks/latency.py --pg-bin /usr/lib/postgresql/15/bin --rate 1000 \
+        --task echo --payload-bytes 65536 --log-lines 3
 
 A master (`-c 4` by default) runs on a fresh schema; once its children are idle, an open-loop
 producer enqueues job i at t0 + i/rate on the monotonic clock, each with its own
@@ -226,15 +228,23 @@ def main(argv: list[str] | None = None) -> int:
                         " connection (default 1)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs, each on a fresh schema and master; medians printed (default 1)")
-    parser.add_argument("--task", choices=("noop", "cpu"), default="noop")
+    parser.add_argument("--task", choices=("noop", "cpu", "echo"), default="noop")
     parser.add_argument("--cpu-ms", type=float, default=5.0)
+    parser.add_argument("--payload-bytes", type=int, default=1024,
+                        help="echo: bytes of data in each payload, returned as its result (default 1024)")
+    parser.add_argument("--log-lines", type=int, default=0,
+                        help="echo: lines each job logs into its attempt log (default 0)")
     parser.add_argument("--settle", type=float, default=120.0,
                         help="seconds to wait after the last enqueue for every job to finish")
     add_db_args(parser)
     args = parser.parse_args(argv)
     if args.rate <= 0 or args.seconds <= 0 or args.producers < 1 or args.concurrency < 1 or args.repeat < 1:
         parser.error("--rate, --seconds, --producers, --repeat and -c must be positive")
-    payload = {"ms": args.cpu_ms} if args.task == "cpu" else None
+    payload: Any = None
+    if args.task == "cpu":
+        payload = {"ms": args.cpu_ms}
+    elif args.task == "echo":
+        payload = {"data": "x" * args.payload_bytes, "log": args.log_lines}
     total = int(args.rate * args.seconds)
 
     begun = time.monotonic()
