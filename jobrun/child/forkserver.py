@@ -27,8 +27,8 @@ reseed, logging's handler locks, threading). glibc's own fork bookkeeping is ski
 safe only because this process has exactly one thread (no lock can be held by another one).
 
 **What a child resets.** The control socket is closed; signal mask emptied; the dispositions
-the fork server set (INT, TERM) are set again by the child runtime as an exec'd child sets
-them; ``random`` is reseeded (its at-fork hook did already; ``random.seed()`` again keeps it
+the fork server set for itself (OWN_SIGNALS) are put back as the interpreter started with
+them, then the child runtime sets its own as an exec'd child does; ``random`` is reseeded (its at-fork hook did already; ``random.seed()`` again keeps it
 true for an interpreter built without the hook); the process title is the child's own.
 Handlers and state the *app* created at import are kept: an exec'd child has them too.
 
@@ -64,6 +64,8 @@ from jobrun.child.runtime import _die_with_parent, run_child
 CLONE_PARENT = 0x00008000
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}
 MAX_MESSAGE = 4096
+OWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # dispositions the fork server sets for itself
+_startup_handlers: dict[int, Any] = {}
 
 
 def unsupported() -> str | None:
@@ -103,6 +105,8 @@ def _become_child(app: App, spec: str, control: socket.socket, fd: int, request:
         index = int(request["index"])
         _die_with_parent(master_pid)  # the parent is the master (CLONE_PARENT)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        for signum, handler in _startup_handlers.items():
+            signal.signal(signum, handler)
         random.seed()
         setproctitle(f"jobrun-child {index}: starting")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
@@ -157,9 +161,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     _die_with_parent(args.master_pid)
-    # Like a child: ^C and a service manager's group-wide TERM belong to the master.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Like a child: ^C and a service manager's group-wide TERM belong to the master. A forked
+    # child puts back what an interpreter starts with before its runtime sets its own.
+    for signum in OWN_SIGNALS:
+        _startup_handlers[signum] = signal.signal(signum, signal.SIG_IGN)
     setproctitle(f"jobrun-forkserver: {args.app} generation={args.generation}")
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
     try:
