@@ -59,7 +59,7 @@ from setproctitle import setproctitle
 
 from jobrun import protocol
 from jobrun.app import App, load_app
-from jobrun.child.runtime import _die_with_parent, run_child
+from jobrun.child.runtime import _die_with_parent, preload, run_child
 
 CLONE_PARENT = 0x00008000
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}
@@ -174,8 +174,9 @@ def main(argv: list[str] | None = None) -> None:
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(protocol.EXIT_BOOT_ERROR)
-    # What the import built stays put: the collector never walks (and so never writes to) the
+    # What the import and preload built stays put: the collector never walks (and so never writes to) the
     # objects every child shares, so their pages stay shared copy-on-write.
+    preload()
     gc.collect()
     gc.freeze()
     try:
