@@ -166,3 +166,12 @@ def test_a_bad_spawn_mode_is_a_usage_error(db_env):
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert "spawn is fork or exec, not 'thread'" in proc.stderr
+
+
+def test_the_fork_server_and_its_children_die_with_the_master(master, client, db):
+    m = master("-c", "2", app=APP, ready=2)
+    server = one_forkserver(m)
+    kids = m.children()
+    os.kill(m.pid, signal.SIGKILL)
+    wait_for(lambda: not any(live(p) for p in [server, *kids]), timeout=15,
+             message="the fork server and the children to die with the master")
