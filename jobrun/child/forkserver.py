@@ -52,14 +52,13 @@ import random
 import signal
 import socket
 import sys
-import traceback
 from typing import Any
 
 from setproctitle import setproctitle
 
 from jobrun import protocol
-from jobrun.app import App, load_app
-from jobrun.child.runtime import _die_with_parent, preload, run_child
+from jobrun.app import App
+from jobrun.child.runtime import die_with_parent, load_app_or_exit, preload, run_child
 
 CLONE_PARENT = 0x00008000
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}
@@ -103,7 +102,7 @@ def _become_child(app: App, spec: str, control: socket.socket, fd: int, request:
     try:
         control.close()
         index = int(request["index"])
-        _die_with_parent(master_pid)  # the parent is the master (CLONE_PARENT)
+        die_with_parent(master_pid)  # the parent is the master (CLONE_PARENT)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         for signum, handler in _startup_handlers.items():
             signal.signal(signum, handler)
@@ -160,23 +159,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generation", type=int, default=0)
     args = parser.parse_args(argv)
 
-    _die_with_parent(args.master_pid)
+    die_with_parent(args.master_pid)
     # Like a child: ^C and a service manager's group-wide TERM belong to the master. A forked
     # child puts back what an interpreter starts with before its runtime sets its own.
     for signum in OWN_SIGNALS:
         _startup_handlers[signum] = signal.signal(signum, signal.SIG_IGN)
     setproctitle(f"jobrun-forkserver: {args.app} generation={args.generation}")
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
-    try:
-        app = load_app(args.app)
-    except BaseException:  # noqa: BLE001 - report any import failure, then the exit code says it
-        print(f"jobrun-forkserver: cannot load app {args.app!r}:", file=sys.stderr)
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(protocol.EXIT_BOOT_ERROR)
-    # What the import and preload built stays put: the collector never walks (and so never writes to) the
-    # objects every child shares, so their pages stay shared copy-on-write.
+    app = load_app_or_exit(args.app, "jobrun-forkserver")
     preload()
+    # What the import and preload built stays put: the collector never walks (and so never
+    # writes to) the objects every child shares, so their pages stay shared copy-on-write.
     gc.collect()
     gc.freeze()
     try:

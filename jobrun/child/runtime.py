@@ -46,7 +46,7 @@ MAX_TRACEBACK = 16 * 1024
 HOLD_RESULTS = 0.005
 
 
-def _die_with_parent(master_pid: int) -> None:
+def die_with_parent(master_pid: int) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -347,21 +347,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--alive-interval", type=float, default=1.0)
     args = parser.parse_args(argv)
 
-    _die_with_parent(args.master_pid)
+    die_with_parent(args.master_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     setproctitle(f"jobrun-child {args.index}: starting")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=args.fd)
-    try:
-        app = load_app(args.app)
-    except BaseException:  # noqa: BLE001 - report any import failure, then the exit code says it
-        print(f"jobrun-child {args.index}: cannot load app {args.app!r}:", file=sys.stderr)
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(protocol.EXIT_BOOT_ERROR)
+    app = load_app_or_exit(args.app, f"jobrun-child {args.index}")
     run_child(app, args.app, sock, args.index, args.master_pid, max_tasks=args.max_tasks,
               max_memory=args.max_memory, soft_time_limit=args.soft_time_limit,
               alive_interval=args.alive_interval)
+
+
+def load_app_or_exit(spec: str, who: str) -> App:
+    """Import the app; if that fails in any way, print why and exit with the boot-error code
+    (the master then stops instead of starting children in a loop)."""
+    try:
+        return load_app(spec)
+    except BaseException:  # noqa: BLE001 - report any import failure, then the exit code says it
+        print(f"{who}: cannot load app {spec!r}:", file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(protocol.EXIT_BOOT_ERROR)
 
 
 def preload() -> None:

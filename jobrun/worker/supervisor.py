@@ -162,18 +162,24 @@ class Supervisor:
         self.children: dict[int, Child] = {}  # by pid
 
     def spawn(self, index: int, generation: int) -> Child:
-        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            process = None
-            if self.forkservers is not None:
+        process = None
+        if self.forkservers is not None:
+            parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
                 process = self.forkservers.spawn(child_sock, {
                     "index": index, "max_tasks": self.max_tasks,
                     "max_memory": self.max_memory_bytes, "soft_time_limit": self.soft_time_limit,
                     "alive_interval": self.alive_interval})
-            if process is None:
+            finally:
+                child_sock.close()
+            if process is None:  # a child it may have forked all the same must not share
+                parent_sock.close()  # the exec'd one's socket: it reads EOF and exits
+        if process is None:
+            parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
                 process = self._exec(child_sock, index)
-        finally:
-            child_sock.close()
+            finally:
+                child_sock.close()
         parent_sock.setblocking(False)  # the event loop writes and reads it as it can
         pidfd = os.pidfd_open(process.pid)
         child = Child(index=index, generation=generation, process=process, sock=parent_sock,
