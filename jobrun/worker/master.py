@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from setproctitle import setproctitle
 
+from jobrun.child.forkserver import unsupported as forkserver_unsupported
 from jobrun.config import Settings
 from jobrun.errors import JobrunError
 from jobrun.logs import event
@@ -35,7 +36,6 @@ from jobrun.worker import teardown
 from jobrun.worker.claimer import Claimer
 from jobrun.worker.completer import Completer
 from jobrun.worker.dispatcher import Dispatcher
-from jobrun.child.forkserver import unsupported as forkserver_unsupported
 from jobrun.worker.exits import EXIT_BOOT_ERROR, EXIT_FATAL, EXIT_OK, describe_exit
 from jobrun.worker.forkserver import ForkServers
 from jobrun.worker.heartbeat import Heartbeater
