@@ -24,7 +24,9 @@ subreaper makes the master reap every orphan of every handler. The system call i
 way ``os.fork`` wraps ``fork()``: ``PyOS_BeforeFork`` / ``PyOS_AfterFork_Child`` run the
 interpreter's own at-fork work (locks reinitialised, ``os.register_at_fork`` hooks: random's
 reseed, logging's handler locks, threading). glibc's own fork bookkeeping is skipped, which is
-safe only because this process has exactly one thread (no lock can be held by another one).
+safe only because this process has exactly one thread (no lock can be held by another one);
+so are handlers C libraries registered with ``pthread_atfork`` (docs/spawning.md says when
+that matters: choose ``--spawn exec``).
 
 **What a child resets.** The control socket is closed; signal mask emptied; the dispositions
 the fork server set for itself (OWN_SIGNALS) are put back as the interpreter started with
