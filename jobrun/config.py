@@ -21,6 +21,7 @@ from jobrun import validate
 from jobrun.errors import InvalidInput
 
 CONFIG_PATHS = ("./jobrun.toml", "/etc/jobrun/jobrun.toml")
+SPAWN_MODES = ("fork", "exec")  # how the master starts children (docs/spawning.md)
 
 
 def _cpu_count() -> int:
@@ -45,6 +46,7 @@ class Settings:
     prefetch: int = 16  # jobs a child may hold (running + waiting); 1 = one at a time
     prefetch_max_runtime: float = 0.02  # most work (by recent run times) queued in a child
     max_tasks_per_child: int = 0
+    spawn: str = "fork"  # fork: children forked by the fork server; exec: each imports the app
     max_memory_per_child: int = 0  # MiB; 0 = no limit
     time_limit: float = 0.0  # seconds; 0 = none
     soft_time_limit: float = 0.0
@@ -81,6 +83,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return queues
         if name == "schema":
             return validate.schema_name(value)
+        if name == "spawn":
+            if value not in SPAWN_MODES:
+                raise InvalidInput(f"spawn is fork or exec, not {value!r}")
+            return value
         if "int" in ftype and "str" not in ftype:
             if isinstance(value, bool):
                 raise ValueError(value)

@@ -116,8 +116,8 @@ class MasterProcess:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
-    def children(self) -> list[int]:
-        """Live child pids of the master (zombies not yet reaped do not count)."""
+    def _kids(self) -> list[int]:
+        """Live child processes of the master (zombies not yet reaped do not count)."""
         try:
             kids = psutil.Process(self.pid).children()
         except psutil.NoSuchProcess:
@@ -131,6 +131,15 @@ class MasterProcess:
                 pass
         self.seen.update(pids)
         return sorted(pids)
+
+    def children(self) -> list[int]:
+        """Live child pids of the master that run jobs (its fork server is not one of them;
+        forked or exec'd, a child's parent is the master)."""
+        return [p for p in self._kids() if not title(p).startswith("jobrun-forkserver")]
+
+    def forkservers(self) -> list[int]:
+        """Live fork server pids of the master (``--spawn fork``)."""
+        return [p for p in self._kids() if title(p).startswith("jobrun-forkserver")]
 
     def idle_children(self) -> list[int]:
         return [p for p in self.children() if title(p).endswith(": idle")]

@@ -1,9 +1,11 @@
 """A child process: receives job frames from its master, runs handlers, sends results back.
 
-Started by the master with fork+exec (``python -m jobrun.child``), never by forking the
-master: the master has threads and open libpq sockets, and a plain fork would copy held locks
-and share those sockets with the child. An exec'd child starts clean, imports the app itself
-(so a HUP-replaced child loads new code), and owns only the socket passed to it.
+Never a fork of the master: the master has threads and open libpq sockets, and a plain fork
+would copy held locks and share those sockets with the child. A child is either forked by the
+fork server (``--spawn fork``, jobrun/child/forkserver.py: a single-threaded process that
+imported the app once, ``run_child`` below) or started by fork+exec (``--spawn exec``,
+``python -m jobrun.child``, ``main`` below: it imports the app itself). Either way it owns
+only the socket passed to it, and a HUP-replaced child runs the new code.
 
 The child dies with its master: PR_SET_PDEATHSIG delivers SIGKILL when the master exits, and
 EOF on the socket ends the receive loop. It ignores SIGINT (a terminal's ^C goes to the
@@ -44,7 +46,7 @@ MAX_TRACEBACK = 16 * 1024
 HOLD_RESULTS = 0.005
 
 
-def _die_with_parent(master_pid: int) -> None:
+def die_with_parent(master_pid: int) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -333,6 +335,7 @@ def encode_result(result: dict[str, Any]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """A child started by fork+exec (``--spawn exec``): it imports the app itself."""
     parser = argparse.ArgumentParser(prog="jobrun-child")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--index", type=int, required=True)
@@ -344,33 +347,59 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--alive-interval", type=float, default=1.0)
     args = parser.parse_args(argv)
 
-    _die_with_parent(args.master_pid)
+    die_with_parent(args.master_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     setproctitle(f"jobrun-child {args.index}: starting")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=args.fd)
+    app = load_app_or_exit(args.app, f"jobrun-child {args.index}")
+    run_child(app, args.app, sock, args.index, args.master_pid, max_tasks=args.max_tasks,
+              max_memory=args.max_memory, soft_time_limit=args.soft_time_limit,
+              alive_interval=args.alive_interval)
+
+
+def load_app_or_exit(spec: str, who: str) -> App:
+    """Import the app; if that fails in any way, print why and exit with the boot-error code
+    (the master then stops instead of starting children in a loop)."""
     try:
-        app = load_app(args.app)
+        return load_app(spec)
     except BaseException:  # noqa: BLE001 - report any import failure, then the exit code says it
-        print(f"jobrun-child {args.index}: cannot load app {args.app!r}:", file=sys.stderr)
+        print(f"{who}: cannot load app {spec!r}:", file=sys.stderr)
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(protocol.EXIT_BOOT_ERROR)
-    runtime = ChildRuntime(app, sock, args.index, max_tasks=args.max_tasks,
-                           max_memory=args.max_memory, soft_time_limit=args.soft_time_limit)
-    runtime.app_spec = args.app
-    runtime.alive_interval = args.alive_interval
-    runtime.effects = from_environment(args.master_pid, args.index)
-    runtime.install_signals()
+
+
+def preload() -> None:
+    """Build once, in the fork server, what every child builds as it starts (the named
+    queries of its schema, ~10 ms), so that forked children find it made and shared."""
+    from_environment(0, 0)
+
+
+def run_child(app: App, app_spec: str, sock: socket.socket, index: int, master_pid: int, *,
+              max_tasks: int, max_memory: int, soft_time_limit: float,
+              alive_interval: float) -> None:
+    """Serve the master until it says stop, the socket closes or the child recycles; then
+    leave through ``os._exit`` (a forked child must never return into the fork server)."""
+    code = protocol.EXIT_OK
     try:
+        runtime = ChildRuntime(app, sock, index, max_tasks=max_tasks, max_memory=max_memory,
+                               soft_time_limit=soft_time_limit)
+        runtime.app_spec = app_spec
+        runtime.alive_interval = alive_interval
+        runtime.effects = from_environment(master_pid, index)
+        runtime.install_signals()
         runtime.ready()
         runtime.serve()
     except (BrokenPipeError, ConnectionResetError):
         pass  # the master is gone
+    except BaseException:  # noqa: BLE001 - a bug in the runtime: say so, exit non-zero
+        traceback.print_exc()
+        code = 1
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    os._exit(protocol.EXIT_OK)
+    os._exit(code)
 
 
 if __name__ == "__main__":

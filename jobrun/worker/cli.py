@@ -54,6 +54,7 @@ def run(
     prefetch: Optional[int] = typer.Option(None, "--prefetch", help="jobs a child may hold at once when its tasks are short (default 16; 1 = one at a time)"),
     prefetch_max_runtime: Optional[str] = typer.Option(None, "--prefetch-max-runtime", help="hand jobs ahead only while the work waiting in a child stays under this (default 20ms)"),
     max_tasks_per_child: Optional[int] = typer.Option(None, "--max-tasks-per-child"),
+    spawn: Optional[str] = typer.Option(None, "--spawn", help="fork (default: a fork server imports the app once and forks children) or exec (each child imports it); docs/spawning.md"),
     max_memory_per_child: Optional[int] = typer.Option(None, "--max-memory-per-child", help="MiB of RSS"),
     time_limit: Optional[str] = typer.Option(None, "--time-limit", help="hard limit per job (child killed)"),
     soft_time_limit: Optional[str] = typer.Option(None, "--soft-time-limit", help="raises SoftTimeLimit in the handler"),
@@ -71,7 +72,7 @@ def run(
         os.environ["JOBRUN_CONFIG"] = config_file
     overrides = dict(app=app, concurrency=concurrency, queues=queues, database_url=dsn, schema=schema,
                      poll_interval=poll_interval, prefetch=prefetch,
-                     prefetch_max_runtime=prefetch_max_runtime, max_tasks_per_child=max_tasks_per_child,
+                     prefetch_max_runtime=prefetch_max_runtime, max_tasks_per_child=max_tasks_per_child, spawn=spawn,
                      max_memory_per_child=max_memory_per_child, time_limit=time_limit,
                      soft_time_limit=soft_time_limit, grace=grace, lease_ttl=lease_ttl,
                      retention=retention, metrics_addr=metrics_addr,

@@ -220,6 +220,7 @@ class Dispatcher(Service):
             self.metrics.child_exits.labels(f"recycle_{frame['recycle']}").inc()
             event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
                   reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
+            self.replenish()  # its replacement starts while it exits
         elif child.queued:
             self.start_job(child, child.queued.popleft())  # already in its pipe: it runs it now
         elif child.state is S.RETIRING or child.generation != self.serving or self.closing:

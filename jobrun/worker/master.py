@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from setproctitle import setproctitle
 
+from jobrun.child.forkserver import unsupported as forkserver_unsupported
 from jobrun.config import Settings
 from jobrun.errors import JobrunError
 from jobrun.logs import event
@@ -35,7 +36,8 @@ from jobrun.worker import teardown
 from jobrun.worker.claimer import Claimer
 from jobrun.worker.completer import Completer
 from jobrun.worker.dispatcher import Dispatcher
-from jobrun.worker.exits import EXIT_FATAL, EXIT_OK
+from jobrun.worker.exits import EXIT_BOOT_ERROR, EXIT_FATAL, EXIT_OK, describe_exit
+from jobrun.worker.forkserver import ForkServers
 from jobrun.worker.heartbeat import Heartbeater
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
@@ -80,11 +82,21 @@ class Master:
         self.done = asyncio.Event()
         self.fast = asyncio.Event()
         self._wire()
+        if self.forkservers is not None:
+            # First, before any thread or connection of the master exists; it imports the app
+            # while the claimer connects.
+            self.forkservers.start()
         try:
             await self.claimer.connect()
         except JobrunError as exc:
             event(log, logging.CRITICAL, "master.start_failed", error=str(exc))
+            await self.stop_forkservers()
             return EXIT_FATAL
+        if self.forkservers is not None:
+            status = await self.forkservers.booted()
+            if status is not None:
+                await self.claimer.close()
+                return self._forkserver_boot_failed(status)
         for name in ("term", "int", "quit", "hup", "ttin", "ttou"):
             self.loop.add_signal_handler(getattr(signal, "SIG" + name.upper()),
                                          getattr(self, "handle_" + name))
@@ -107,11 +119,13 @@ class Master:
 
     def _wire(self) -> None:
         s, m = self.settings, self.metrics
+        env = self._child_env()
+        self.forkservers = self._forkservers(env)
         self.supervisor = Supervisor(
             self.loop, app=s.app or "", max_tasks=s.max_tasks_per_child,
             max_memory_bytes=s.max_memory_per_child * 1024 * 1024,
             soft_time_limit=s.soft_time_limit, alive_interval=alive_interval(s.lease_ttl),
-            env=self._child_env(),  # the supervisor reports to the dispatcher, made next
+            env=env, forkservers=self.forkservers,  # it reports to the dispatcher, made next
             on_frame=lambda child, frame: self.dispatcher.on_frame(child, frame),
             on_exit=lambda child, status: self.dispatcher.on_exit(child, status))
         self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
@@ -146,6 +160,31 @@ class Master:
         addr = parse_addr(s.metrics_addr, s.metrics_allow_remote)
         self.http = None if addr is None else HttpServer(addr[0], addr[1], m, health=self.health,
                                                          ready=self.ready)
+
+    def _forkservers(self, env: dict[str, str]) -> ForkServers | None:
+        if self.settings.spawn != "fork":
+            return None
+        why = forkserver_unsupported()
+        if why is not None:
+            event(log, logging.WARNING, "forkserver.unsupported", reason=why,
+                  note="starting every child by exec")
+            return None
+        return ForkServers(self.loop, self.settings.app or "", env,
+                           on_died=self.metrics.forkserver_deaths.inc)
+
+    def _forkserver_boot_failed(self, status: int) -> int:
+        what, _ = describe_exit(status)
+        if status == EXIT_BOOT_ERROR:
+            event(log, logging.CRITICAL, "app.load_failed", app=self.settings.app,
+                  note="the app could not be imported (see the traceback above); stopping")
+            return EXIT_BOOT_ERROR
+        event(log, logging.CRITICAL, "forkserver.start_failed", status=what,
+              note="the fork server died before it was ready; try --spawn exec")
+        return EXIT_FATAL
+
+    async def stop_forkservers(self) -> None:
+        if self.forkservers is not None:
+            await self.forkservers.stop()
 
     def _start(self, service: Service) -> None:
         service.on_crash = self._service_crashed
@@ -247,13 +286,28 @@ class Master:
                 self.systemd.reload_failed("bad configuration")
                 return
             self.reconfigure(new)
-        self.dispatcher.reload()
+        if self.forkservers is None:
+            self.dispatcher.reload()
+        else:  # the new generation starts once a fork server has imported the new code
+            self.forkservers.reload(self._forkserver_reloaded)
+
+    def _forkserver_reloaded(self, ok: bool) -> None:
+        if self.stopping:
+            return
+        if ok:
+            self.dispatcher.reload()
+            return
+        self.metrics.reload_failures.inc()
+        event(log, logging.ERROR, "reload.failed", serving=self.dispatcher.serving,
+              reason="the new fork server could not import the app (see its traceback above);"
+                     " the old one keeps serving, the next SIGHUP tries again")
+        self.systemd.reload_failed("the new code does not load")
 
     def reconfigure(self, new: Settings) -> None:
         """The one path new settings take: every part applies what concerns it. The app, the
-        schema and the database stay those the master started with."""
+        schema, the database and the spawn mode stay those the master started with."""
         keep = {"app": self.settings.app, "schema": self.settings.schema,
-                "database_url": self.settings.database_url}
+                "database_url": self.settings.database_url, "spawn": self.settings.spawn}
         self.settings = replace(new, **keep)
         for service in (self.dispatcher, self.claimer, self.notifier, self.reaper,
                         self.heartbeater, self.registry, self.ticker, self.completer):

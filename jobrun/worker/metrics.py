@@ -63,6 +63,9 @@ class Metrics:
                                      buckets=BATCH_BUCKETS, registry=r)
         self.db_errors = Counter("jobrun_db_errors", "Database errors by operation", ["op"],
                                  registry=r)
+        self.forkserver_deaths = Counter("jobrun_forkserver_deaths",
+                                         "Fork servers that died unasked (each is restarted)",
+                                         registry=r)
         self.reload_failures = Counter("jobrun_reload_failures",
                                        "Reloads (SIGHUP) whose new children did not load", registry=r)
         self.generation = Gauge("jobrun_generation", "The generation of children serving jobs",

@@ -1,10 +1,14 @@
 """Child processes: the only module that starts, signals, kills or waits on them.
 
-Children are started with fork+exec (``subprocess.Popen`` of ``python -m jobrun.child``),
-never with a bare ``os.fork()`` of the master: by then the master has a heartbeat thread and
-open libpq sockets, and a forked copy would inherit held locks and share those sockets.
-Popen's C fast path execs immediately after fork, so no Python code runs in between. Each
-child gets one end of a socketpair (``pass_fds``) and nothing else.
+Children are never a bare ``os.fork()`` of the master: by then the master has a heartbeat
+thread and open libpq sockets, and a forked copy would inherit held locks and share those
+sockets. A child is either forked by the fork server (``--spawn fork``, the default: a
+single-threaded process that imported the app once, worker/forkserver.py) or started by
+fork+exec (``--spawn exec``, and the fallback while no fork server is ready: ``Popen`` of
+``python -m jobrun.child``, whose C fast path execs right after fork, so no Python code runs
+in between). Each child gets one end of a socketpair and nothing else. Either way the child
+is the master's own child process (the fork server forks with CLONE_PARENT), so what follows
+holds for both kinds.
 
 Exits are seen through a pidfd registered with the event loop (readable when the process
 ends), so a child killed by a signal is noticed at once, and signals go through
@@ -29,6 +33,7 @@ from typing import Any, Callable
 
 from jobrun import protocol
 from jobrun.logs import event
+from jobrun.worker.forkserver import ForkedProcess, ForkServers
 
 log = logging.getLogger("jobrun.supervisor")
 
@@ -69,7 +74,7 @@ class Inflight:
 class Child:
     index: int
     generation: int
-    popen: subprocess.Popen
+    process: subprocess.Popen | ForkedProcess  # .pid, .wait()
     sock: socket.socket
     pidfd: int
     state: ChildState = ChildState.STARTING
@@ -91,7 +96,7 @@ class Child:
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        return self.process.pid
 
     def held(self) -> int:
         return (self.job is not None) + len(self.queued)
@@ -141,7 +146,7 @@ class Supervisor:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, app: str, max_tasks: int,
                  max_memory_bytes: int, soft_time_limit: float, alive_interval: float,
-                 env: dict[str, str],
+                 env: dict[str, str], forkservers: ForkServers | None = None,
                  on_frame: Callable[[Child, dict[str, Any]], None],
                  on_exit: Callable[[Child, int], None]) -> None:
         self.loop = loop
@@ -151,32 +156,49 @@ class Supervisor:
         self.soft_time_limit = soft_time_limit
         self.alive_interval = alive_interval
         self.env = env
+        self.forkservers = forkservers  # None: every child by exec
         self.on_frame = on_frame
         self.on_exit = on_exit
         self.children: dict[int, Child] = {}  # by pid
 
     def spawn(self, index: int, generation: int) -> Child:
-        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            fd = child_sock.fileno()
-            cmd = [sys.executable, "-m", "jobrun.child", "--fd", str(fd), "--index", str(index),
-                   "--app", self.app, "--master-pid", str(os.getpid()),
-                   "--max-tasks", str(self.max_tasks), "--max-memory", str(self.max_memory_bytes),
-                   "--soft-time-limit", str(self.soft_time_limit),
-                   "--alive-interval", str(self.alive_interval)]
-            # Spawned from the event-loop (main) thread: PR_SET_PDEATHSIG fires when the
-            # *thread* that created the child ends, so it must be the long-lived one.
-            popen = subprocess.Popen(cmd, pass_fds=[fd], env=self.env, stdin=subprocess.DEVNULL)
-        finally:
-            child_sock.close()
+        process = None
+        if self.forkservers is not None:
+            parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                process = self.forkservers.spawn(child_sock, {
+                    "index": index, "max_tasks": self.max_tasks,
+                    "max_memory": self.max_memory_bytes, "soft_time_limit": self.soft_time_limit,
+                    "alive_interval": self.alive_interval})
+            finally:
+                child_sock.close()
+            if process is None:  # a child it may have forked all the same must not share
+                parent_sock.close()  # the exec'd one's socket: it reads EOF and exits
+        if process is None:
+            parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                process = self._exec(child_sock, index)
+            finally:
+                child_sock.close()
         parent_sock.setblocking(False)  # the event loop writes and reads it as it can
-        pidfd = os.pidfd_open(popen.pid)
-        child = Child(index=index, generation=generation, popen=popen, sock=parent_sock, pidfd=pidfd,
-                      _on_backlog=self._write_later)
-        self.children[popen.pid] = child
+        pidfd = os.pidfd_open(process.pid)
+        child = Child(index=index, generation=generation, process=process, sock=parent_sock,
+                      pidfd=pidfd, _on_backlog=self._write_later)
+        self.children[process.pid] = child
         self.loop.add_reader(parent_sock.fileno(), self._readable, child)
         self.loop.add_reader(pidfd, self._exited, child)
         return child
+
+    def _exec(self, child_sock: socket.socket, index: int) -> subprocess.Popen:
+        fd = child_sock.fileno()
+        cmd = [sys.executable, "-m", "jobrun.child", "--fd", str(fd), "--index", str(index),
+               "--app", self.app, "--master-pid", str(os.getpid()),
+               "--max-tasks", str(self.max_tasks), "--max-memory", str(self.max_memory_bytes),
+               "--soft-time-limit", str(self.soft_time_limit),
+               "--alive-interval", str(self.alive_interval)]
+        # Spawned from the event-loop (main) thread: PR_SET_PDEATHSIG fires when the
+        # *thread* that created the child ends, so it must be the long-lived one.
+        return subprocess.Popen(cmd, pass_fds=[fd], env=self.env, stdin=subprocess.DEVNULL)
 
     def _readable(self, child: Child) -> None:
         try:
@@ -235,7 +257,7 @@ class Supervisor:
             self.loop.remove_reader(child.sock.fileno())
         except (ValueError, OSError):
             pass
-        status = child.popen.wait()
+        status = child.process.wait()
         with child._lock:
             os.close(child.pidfd)
             child.pidfd = -1

@@ -81,6 +81,7 @@ async def run(m: "Master") -> None:
         await service.stop(timeout=SERVICE_STOP)
 
     _stage(6, "close connections")
+    await m.stop_forkservers()
     await m.claimer.close()
     m.systemd.stop()
     counts = d.outcomes

@@ -107,7 +107,9 @@ def test_a_crashing_service_is_reported(caplog):
 
 
 def wired(**settings) -> Master:
-    """A master wired but not started: its parts exist, no process, no connection."""
+    """A master wired but not started: its parts exist, no process, no connection (and no
+    fork server: a HUP would start one)."""
+    settings = {"spawn": "exec", **settings}
     master = Master(Settings(app="tests.apps.taskapp", concurrency=2, metrics_addr="off",
                              **settings), "postgresql://unused")
     master.loop = asyncio.get_running_loop()

@@ -1,0 +1,186 @@
+"""The fork server (``--spawn fork``): imports the app once, then forks children on request.
+
+    master ──fork+exec──> jobrun-forkserver (single thread, app imported, gc frozen)
+       ^                        │ clone(CLONE_PARENT) per request
+       └──── parent of ─────── child N (jobrun.child.runtime.run_child)
+
+The master starts it with fork+exec (``python -m jobrun.child.forkserver``) first thing in
+``Master.run``, before its own threads and connections exist; being exec'd, it inherits none of
+them whenever it starts (a restart by a master that has threads is just as clean). It runs one
+thread and no event loop, opens no connection, and configures no logging: nothing it holds can
+be half-locked in a fork.
+
+**Why CLONE_PARENT.** Each child is created with the raw ``clone`` system call and the
+``CLONE_PARENT`` flag: it is a copy of the fork server (the app already imported, its pages
+shared copy-on-write), but its parent is the *master*. So to the master a forked child is
+exactly what an exec'd one is: its own child process, whose pid is real, whose exit it reaps
+with ``waitpid`` and sees at once through a pidfd, which it signals with
+``pidfd_send_signal``, and whose PR_SET_PDEATHSIG fires when the master (not the fork server)
+dies. The fork server's death does not touch the children at all: the master starts another
+one and meanwhile spawns by exec. The alternatives were worse: a grandchild forked with
+``os.fork`` cannot be waited on by the master (the exit status would have to travel back over
+the control socket, and die with the fork server), and a double fork with the master as
+subreaper makes the master reap every orphan of every handler. The system call is wrapped the
+way ``os.fork`` wraps ``fork()``: ``PyOS_BeforeFork`` / ``PyOS_AfterFork_Child`` run the
+interpreter's own at-fork work (locks reinitialised, ``os.register_at_fork`` hooks: random's
+reseed, logging's handler locks, threading). glibc's own fork bookkeeping is skipped, which is
+safe only because this process has exactly one thread (no lock can be held by another one);
+so are handlers C libraries registered with ``pthread_atfork`` (docs/spawning.md says when
+that matters: choose ``--spawn exec``).
+
+**What a child resets.** The control socket is closed; signal mask emptied; the dispositions
+the fork server set for itself (OWN_SIGNALS) are put back as the interpreter started with
+them, then the child runtime sets its own as an exec'd child does; ``random`` is reseeded (its at-fork hook did already; ``random.seed()`` again keeps it
+true for an interpreter built without the hook); the process title is the child's own.
+Handlers and state the *app* created at import are kept: an exec'd child has them too.
+
+Control protocol (SOCK_SEQPACKET, one JSON message per packet):
+    master -> server: {"t": "spawn", "index", "max_tasks", "max_memory", "soft_time_limit",
+                       "alive_interval"} + the child's socket (SCM_RIGHTS)
+                      {"t": "stop"} (or the socket closing): exit 0
+    server -> master: {"t": "ready", "pid"} once the app is imported (else exit code 3)
+                      {"t": "spawned", "pid"} | {"t": "error", "error"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import platform
+import random
+import signal
+import socket
+import sys
+from typing import Any
+
+from setproctitle import setproctitle
+
+from jobrun import protocol
+from jobrun.app import App
+from jobrun.child.runtime import die_with_parent, load_app_or_exit, preload, run_child
+
+CLONE_PARENT = 0x00008000
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}
+MAX_MESSAGE = 4096
+OWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # dispositions the fork server sets for itself
+_startup_handlers: dict[int, Any] = {}
+
+
+def unsupported() -> str | None:
+    """None when this machine can fork children as the master's own; else why not."""
+    if not sys.platform.startswith("linux"):
+        return "the fork server needs Linux (clone with CLONE_PARENT)"
+    if platform.machine() not in _SYS_CLONE:
+        return f"the fork server does not know the clone system call on {platform.machine()}"
+    return None
+
+
+def fork_as_sibling() -> int:
+    """Fork this (single-threaded) process; the new process's parent is this one's parent.
+    Returns 0 in the child and the child's pid here, like ``os.fork``."""
+    libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the GIL stays held across the call
+    libc.syscall.restype = ctypes.c_long
+    api = ctypes.pythonapi
+    flags = ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD)
+    zero = ctypes.c_ulong(0)
+    api.PyOS_BeforeFork()
+    pid = libc.syscall(ctypes.c_long(_SYS_CLONE[platform.machine()]), flags, zero, zero, zero, zero)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, os.strerror(err))
+    return pid
+
+
+def _become_child(app: App, spec: str, control: socket.socket, fd: int, request: dict[str, Any],
+                  master_pid: int) -> None:
+    """In the forked process: drop what belongs to the fork server, then serve. Never returns."""
+    try:
+        control.close()
+        index = int(request["index"])
+        die_with_parent(master_pid)  # the parent is the master (CLONE_PARENT)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        for signum, handler in _startup_handlers.items():
+            signal.signal(signum, handler)
+        random.seed()
+        setproctitle(f"jobrun-child {index}: starting")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+        run_child(app, spec, sock, index, master_pid, max_tasks=int(request["max_tasks"]),
+                  max_memory=int(request["max_memory"]),
+                  soft_time_limit=float(request["soft_time_limit"]),
+                  alive_interval=float(request["alive_interval"]))
+    finally:
+        os._exit(1)  # run_child leaves through os._exit; this only catches a failure before it
+
+
+def _reply(control: socket.socket, obj: dict[str, Any]) -> None:
+    control.send(json.dumps(obj).encode())
+
+
+def serve(app: App, spec: str, control: socket.socket, master_pid: int) -> None:
+    while True:
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(control, MAX_MESSAGE, 1)
+        except (ConnectionResetError, OSError):
+            return
+        if not message:
+            return  # the master closed the control socket (it stopped, or retired us)
+        request = json.loads(message)
+        if request.get("t") == "stop":
+            return
+        if request.get("t") != "spawn" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            _reply(control, {"t": "error", "error": "a spawn request carries exactly one socket"})
+            continue
+        sys.stdout.flush()  # or a child would write what the app printed at import again
+        sys.stderr.flush()
+        try:
+            pid = fork_as_sibling()
+        except OSError as exc:
+            os.close(fds[0])
+            _reply(control, {"t": "error", "error": f"clone failed: {exc}"})
+            continue
+        if pid == 0:
+            _become_child(app, spec, control, fds[0], request, master_pid)
+        os.close(fds[0])
+        _reply(control, {"t": "spawned", "pid": pid})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="jobrun-forkserver")
+    parser.add_argument("--fd", type=int, required=True, help="the control socket")
+    parser.add_argument("--app", required=True)
+    parser.add_argument("--master-pid", type=int, required=True)
+    parser.add_argument("--generation", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    die_with_parent(args.master_pid)
+    # Like a child: ^C and a service manager's group-wide TERM belong to the master. A forked
+    # child puts back what an interpreter starts with before its runtime sets its own.
+    for signum in OWN_SIGNALS:
+        _startup_handlers[signum] = signal.signal(signum, signal.SIG_IGN)
+    setproctitle(f"jobrun-forkserver: {args.app} generation={args.generation}")
+    control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
+    app = load_app_or_exit(args.app, "jobrun-forkserver")
+    preload()
+    # What the import and preload built stays put: the collector never walks (and so never
+    # writes to) the objects every child shares, so their pages stay shared copy-on-write.
+    gc.collect()
+    gc.freeze()
+    try:
+        _reply(control, {"t": "ready", "pid": os.getpid()})
+        serve(app, args.app, control, args.master_pid)
+    finally:
+        sys.stderr.flush()
+        os._exit(protocol.EXIT_OK)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""The master's side of the fork server (``--spawn fork``; the server is jobrun/child/forkserver.py).
+
+    Master.run ──start──> fork server (generation 0) ──ready──> dispatcher starts, spawns
+    supervisor.spawn ──request + socket (SCM_RIGHTS)──> server ──clone──> child (the master's own)
+    server dies ──> forkserver.died; children keep running; spawns go by exec until a new
+                    server is ready (restarted at once, with a back-off if it keeps dying)
+    SIGHUP ──> a new server imports the new code; ready: it replaces the old one, then the
+               dispatcher starts the new generation | it fails: reload.failed, the old one serves
+
+Every child, forked or exec'd, is the master's own child process (the server forks with
+CLONE_PARENT: see its module), so the supervisor waits on, signals and reaps both kinds alike;
+a forked one is a ``ForkedProcess``, the ``subprocess.Popen`` stand-in this module provides.
+
+A spawn is one request and one reply over a SOCK_SEQPACKET socketpair, made synchronously on
+the event loop (as ``Popen`` is for exec): the server only forks, which takes about a
+millisecond; a server that does not answer within SPAWN_TIMEOUT is killed and replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+from jobrun.logs import event
+from jobrun.worker.exits import describe_exit
+
+log = logging.getLogger("jobrun.master")
+SPAWN_TIMEOUT = 5.0
+MAX_MESSAGE = 4096
+RESTART_CAP = 10.0  # most seconds between restarts of a fork server that keeps dying
+STABLE = 5.0  # a server that served this long resets the back-off
+
+
+class ForkServerError(Exception):
+    pass
+
+
+class ForkedProcess:
+    """A child the fork server forked: the master's own child, waited on like a Popen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+class ForkServer:
+    """One fork server process: started by fork+exec, ready once it imported the app."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, app: str, env: dict[str, str],
+                 generation: int, on_ready: Callable[["ForkServer"], None],
+                 on_exit: Callable[["ForkServer", int], None]) -> None:
+        self.loop = loop
+        self.app = app
+        self.env = env
+        self.generation = generation
+        self.on_ready = on_ready
+        self.on_exit = on_exit
+        self.ready = False
+        self.ready_at = 0.0
+        self.exited = False
+        self.gone = asyncio.Event()
+
+    def start(self) -> None:
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            fd = theirs.fileno()
+            cmd = [sys.executable, "-m", "jobrun.child.forkserver", "--fd", str(fd),
+                   "--app", self.app, "--master-pid", str(os.getpid()),
+                   "--generation", str(self.generation)]
+            # Started from the event-loop (main) thread, like children: its PR_SET_PDEATHSIG,
+            # and that of every child it forks, follows that thread.
+            self.popen = subprocess.Popen(cmd, pass_fds=[fd], env=self.env, stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self.control.settimeout(SPAWN_TIMEOUT)
+        self.started = time.monotonic()
+        self.pidfd = os.pidfd_open(self.popen.pid)
+        self.loop.add_reader(self.control.fileno(), self._readable)
+        self.loop.add_reader(self.pidfd, self._exited)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def _readable(self) -> None:
+        try:
+            data = self.control.recv(MAX_MESSAGE, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # it is exiting: its pidfd reports how
+            self.loop.remove_reader(self.control.fileno())
+            return
+        if json.loads(data).get("t") == "ready" and not self.ready:
+            self.ready = True
+            self.ready_at = time.monotonic()
+            self.on_ready(self)
+
+    def _exited(self) -> None:
+        self.loop.remove_reader(self.pidfd)
+        try:
+            self.loop.remove_reader(self.control.fileno())
+        except (ValueError, OSError):
+            pass
+        status = self.popen.wait()
+        os.close(self.pidfd)
+        self.control.close()
+        self.ready = False
+        self.exited = True
+        self.gone.set()
+        self.on_exit(self, status)
+
+    def spawn(self, sock: socket.socket, request: dict[str, Any]) -> ForkedProcess:
+        """Have the server fork a child that serves ``sock``; raises ForkServerError."""
+        try:
+            socket.send_fds(self.control, [json.dumps({"t": "spawn", **request}).encode()],
+                            [sock.fileno()])
+            reply = self.control.recv(MAX_MESSAGE)
+        except OSError as exc:  # a timeout included
+            raise ForkServerError(f"no answer: {exc or type(exc).__name__}") from None
+        if not reply:
+            raise ForkServerError("it closed its control socket")
+        answer = json.loads(reply)
+        if answer.get("t") != "spawned":
+            raise ForkServerError(str(answer.get("error") or answer))
+        return ForkedProcess(int(answer["pid"]))
+
+    def retire(self) -> None:
+        """Ask it to exit (the children it forked are the master's and keep running)."""
+        if not self.exited:
+            try:
+                self.control.send(b'{"t": "stop"}')
+            except OSError:
+                self.kill()
+
+    def kill(self) -> None:
+        if not self.exited:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
+                pass
+
+
+class ForkServers:
+    """The fork server the supervisor spawns through: its start, restarts and reloads."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, app: str, env: dict[str, str],
+                 on_died: Callable[[], None] = lambda: None) -> None:
+        self.loop = loop
+        self.app = app
+        self.env = env
+        self.on_died = on_died  # for a metric
+        self.current: ForkServer | None = None
+        self.pending: ForkServer | None = None  # a reload's server, until it is ready
+        self._reload_done: Callable[[bool], None] | None = None
+        self._generation = 0
+        self._failures = 0  # restarts in a row of a server that did not serve for long
+        self._restart: asyncio.TimerHandle | None = None
+        self._boot: asyncio.Future[int | None] = loop.create_future()
+        self.closing = False
+
+    def _new(self) -> ForkServer:
+        server = ForkServer(self.loop, self.app, self.env, self._generation,
+                            self._ready, self._exit)
+        self._generation += 1
+        server.start()
+        return server
+
+    def start(self) -> None:
+        self.current = self._new()
+
+    async def booted(self) -> int | None:
+        """None once the first server is ready; else the exit status it died with."""
+        return await self._boot
+
+    def spawn(self, sock: socket.socket, request: dict[str, Any]) -> ForkedProcess | None:
+        """A forked child serving ``sock``, or None when no server is ready (exec instead)."""
+        server = self.current
+        if server is None or not server.ready:
+            return None
+        try:
+            return server.spawn(sock, request)
+        except ForkServerError as exc:
+            event(log, logging.ERROR, "forkserver.spawn_failed", pid=server.pid, error=str(exc),
+                  note="killing it; this child is started by exec")
+            server.ready = False
+            server.kill()
+            return None
+
+    def reload(self, done: Callable[[bool], None]) -> None:
+        """Start a server with the code as it is now; ``done(ok)`` once it is ready or dead."""
+        if self.pending is not None:  # a newer SIGHUP wins
+            self.pending.kill()
+        self._reload_done = done
+        self.pending = self._new()
+
+    def _ready(self, server: ForkServer) -> None:
+        event(log, logging.INFO, "forkserver.ready", pid=server.pid, generation=server.generation,
+              took=round(server.ready_at - server.started, 3))
+        if server is self.pending:
+            old, self.current, self.pending = self.current, server, None
+            if old is not None:
+                old.retire()
+            self._finish_reload(True)
+        elif server is not self.current:
+            server.retire()  # superseded while it was importing
+        if not self._boot.done():
+            self._boot.set_result(None)
+
+    def _exit(self, server: ForkServer, status: int) -> None:
+        what, _ = describe_exit(status)
+        if server is self.pending:
+            self.pending = None
+            event(log, logging.ERROR, "forkserver.start_failed", pid=server.pid,
+                  generation=server.generation, status=what)
+            self._finish_reload(False)
+            return
+        if server is not self.current:
+            return  # retired after a reload, or superseded: expected
+        self.current = None
+        if not self._boot.done():
+            self._boot.set_result(status)
+            return
+        if self.closing:
+            return
+        self.on_died()
+        if server.ready_at and time.monotonic() - server.ready_at >= STABLE:
+            self._failures = 0
+        delay = 0.0 if self._failures == 0 else min(RESTART_CAP, 0.5 * 2 ** self._failures)
+        self._failures += 1
+        event(log, logging.ERROR, "forkserver.died", pid=server.pid, status=what,
+              restart_in=delay, note="its children keep running; children are started by exec"
+                                     " until a new fork server is ready")
+        self._restart = self.loop.call_later(delay, self._restart_now)
+
+    def _restart_now(self) -> None:
+        self._restart = None
+        if not self.closing and self.current is None:
+            self.current = self._new()
+
+    def _finish_reload(self, ok: bool) -> None:
+        done, self._reload_done = self._reload_done, None
+        if done is not None:
+            done(ok)
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Retire every server and wait for them to exit (safe twice)."""
+        self.closing = True
+        if self._restart is not None:
+            self._restart.cancel()
+        servers = [s for s in (self.current, self.pending) if s is not None and not s.exited]
+        for server in servers:
+            server.retire()
+        if servers:
+            waiting = asyncio.gather(*(s.gone.wait() for s in servers))
+            try:
+                await asyncio.wait_for(waiting, timeout)
+            except asyncio.TimeoutError:
+                for server in servers:
+                    server.kill()
