@@ -98,11 +98,12 @@ UPDATE {schema}.jobs
 RETURNING *
 
 -- name: retry_job
--- Put a dead or cancelled job back to queued now, with its attempts and crashes reset.
+-- Put a dead or cancelled job back to queued now, with its attempts and crashes reset and the priority it was enqueued with (before aging).
 WITH r AS (
     UPDATE {schema}.jobs
        SET status = 'queued', attempts = 0, crashes = 0, run_at = now(), finished_at = NULL,
-           cancel_requested = false, version = version + 1
+           cancel_requested = false, version = version + 1,
+           priority = coalesce(base_priority, priority), base_priority = NULL, aged_at = NULL
      WHERE id = %(id)s AND status IN ('dead', 'cancelled')
        AND (%(version)s::bigint IS NULL OR version = %(version)s)
     RETURNING *

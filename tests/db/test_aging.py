@@ -148,3 +148,14 @@ def test_the_sweeper_service_sweeps_on_its_interval_and_counts(client, pg_dsn, c
     assert counted == {"aged": 3} and sweeper.aged == 3
     assert {j["priority"] for j in jobs(conn, schema)} == {-25}
     assert sweeper.intervals == {"aged": 0.01}
+
+
+def test_an_operator_retry_starts_afresh_at_the_enqueued_priority(client, conn, schema):
+    client.queue_add("aged", aging="1m")
+    fill(conn, schema, "aged", 1, 30, "10 minutes")
+    age(conn, schema, ["aged"])
+    [job] = jobs(conn, schema)
+    assert (job["priority"], job["base_priority"]) == (20, 30)
+    client.cancel(job["id"])
+    back = client.retry(job["id"])
+    assert (back.priority, back.base_priority, back.aged_at) == (30, None, None)
