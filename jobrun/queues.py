@@ -42,8 +42,7 @@ def add(q: Queries, name: str, **settings: Any) -> Op:
     validate.queue_name(name)
     checked = queue_rules.check(settings)
     rows = yield Step(q.queue_create, {"name": name, **queue_rules.params(checked)})
-    if rows:
-        yield from _notify(q, name)
+    if rows:  # a new queue holds no job yet: no master needs waking
         return (yield from get(q, name)), True
     current = yield from get(q, name)
     differ = queue_rules.differs(checked, current)
