@@ -17,7 +17,7 @@ import psycopg
 from jobrun import config
 from jobrun.store import db
 from jobrun.store.driver import drive, drive_async
-from jobrun import ops
+from jobrun import ops, queues
 from jobrun.records import JobSpec
 from jobrun.schedules import Schedules
 from jobrun.sql import for_schema
@@ -98,24 +98,50 @@ class _Api:
         """Delete a finished job (succeeded, dead or cancelled) with its attempts."""
         return self._run(ops.delete(self.queries, job_id, if_version), conn)
 
-    def purge(self, older_than: float | str, *, statuses: Sequence[str] = ops.TERMINAL,
+    def purge(self, older_than: float | str | None, *, statuses: Sequence[str] = ops.TERMINAL,
               conn: Any = None):
         return self._run(ops.purge(self.queries, older_than, statuses), conn)
 
     def stats(self, *, conn: Any = None):
         return self._run(ops.stats(self.queries), conn)
 
+    # --- queues (jobrun/queues.py) ------------------------------------------------------------
+
+    def queue_add(self, name: str, *, conn: Any = None, **settings: Any):
+        """Declare a queue with settings (concurrency, rate, aging, priority_default,
+        max_attempts, retention, key_concurrency); returns ``(queue, created)``. A queue that
+        exists is left alone: a replay if the given settings match, else a Conflict."""
+        return self._run(queues.add(self.queries, name, **settings), conn)
+
+    def queue_update(self, name: str, *, if_version: int | None = None, conn: Any = None,
+                     **settings: Any):
+        """Change some settings (None clears one); with ``if_version``, only while the queue
+        is at that version (else :class:`~jobrun.errors.StaleVersion`)."""
+        return self._run(queues.update(self.queries, name, if_version, **settings), conn)
+
+    def queue_get(self, name: str, *, conn: Any = None):
+        return self._run(queues.get(self.queries, name), conn)
+
+    def queue_list(self, *, conn: Any = None):
+        return self._run(queues.list_all(self.queries), conn)
+
+    def queue_delete(self, name: str, *, force: bool = False, conn: Any = None):
+        """Delete a queue and its finished jobs; refused while it holds queued or leased jobs
+        unless ``force`` (which deletes them too)."""
+        return self._run(queues.delete(self.queries, name, force), conn)
+
     def declare_queue(self, name: str, *, conn: Any = None):
-        return self._run(ops.queue_add(self.queries, name), conn)
+        """Declare a queue with default settings (no-op when it exists); returns it."""
+        return self._run(queues.declare(self.queries, name), conn)
 
     def queues(self, *, conn: Any = None):
-        return self._run(ops.queue_list(self.queries), conn)
+        return self.queue_list(conn=conn)
 
     def pause_queue(self, name: str, *, conn: Any = None):
-        return self._run(ops.queue_set_paused(self.queries, name, True), conn)
+        return self._run(queues.set_paused(self.queries, name, True), conn)
 
     def resume_queue(self, name: str, *, conn: Any = None):
-        return self._run(ops.queue_set_paused(self.queries, name, False), conn)
+        return self._run(queues.set_paused(self.queries, name, False), conn)
 
     @property
     def schedules(self) -> Schedules:  # recurring schedules: jobrun/schedules.py

@@ -271,44 +271,38 @@ def delete(q: Queries, job_id: int, if_version: int | None = None) -> Op:
     raise _refusal(job, if_version, f"only {', '.join(TERMINAL)} jobs can be deleted")
 
 
-def purge(q: Queries, older_than: float | str, statuses: Sequence[str] = TERMINAL,
+def purge(q: Queries, older_than: float | str | None, statuses: Sequence[str] = TERMINAL,
           batch: int = PURGE_BATCH) -> Op:
-    """Delete finished jobs older than ``older_than``; batched so no lock is held for long.
+    """Delete finished jobs: those of a queue with a retention of its own once older than
+    that, the others once older than ``older_than`` (None or 0: the others are kept); batched
+    so no lock is held for long.
 
     Returns the number of jobs deleted. Each batch is its own step; callers that own the
     connection commit between batches.
     """
-    secs = validate.duration(older_than)
+    secs = validate.duration(older_than) if older_than is not None else 0.0
     for s in statuses:
         if s not in TERMINAL:
             raise InvalidInput(f"cannot purge {s!r} jobs: only {', '.join(TERMINAL)}")
+    own = yield Step(q.queue_retentions, {})
+    groups: dict[float, list[str]] = {}
+    for row in own:
+        groups.setdefault(row["retention"], []).append(row["name"])
+    plans = [(keep, names, []) for keep, names in sorted(groups.items())]
+    if secs > 0:
+        plans.append((secs, None, [row["name"] for row in own]))
     total = 0
-    while True:
-        count = yield Step(q.purge_batch, {"statuses": list(statuses), "older_than": secs,
-                                           "batch": batch}, returns_rows=False)
-        total += count
-        if count < batch:
-            return total
+    for keep, only, exclude in plans:
+        while True:
+            count = yield Step(q.purge_batch, {"statuses": list(statuses), "older_than": keep,
+                                               "batch": batch, "only": only, "exclude": exclude},
+                               returns_rows=False)
+            total += count
+            if count < batch:
+                break
+    return total
 
 
 def stats(q: Queries) -> Op:
     rows = yield Step(q.stats, {})
     return [QueueStats.from_row(r) for r in rows]
-
-
-def queue_add(q: Queries, name: str) -> Op:
-    rows = yield Step(q.queue_add, {"name": validate.queue_name(name)})
-    return rows[0]
-
-
-def queue_list(q: Queries) -> Op:
-    return (yield Step(q.queue_list, {}))
-
-
-def queue_set_paused(q: Queries, name: str, paused: bool) -> Op:
-    rows = yield Step(q.queue_set_paused, {"name": validate.queue_name(name), "paused": paused})
-    if not rows:
-        raise NotFound(f"queue {name!r} is not declared")
-    if not paused:
-        yield Step(q.queue_notify, {"channel": q.channel, "name": name})
-    return rows[0]

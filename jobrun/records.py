@@ -36,6 +36,8 @@ class JobRecord:
     finished_at: datetime | None = None
     schedule_id: int | None = None  # the schedule that made the job
     version: int = 0  # bumped by every change of the row (optimistic concurrency)
+    base_priority: int | None = None  # its priority before aging improved it (None: not aged)
+    aged_at: datetime | None = None   # when its last aging step was due (None: not aged)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "JobRecord":

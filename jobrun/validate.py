@@ -274,3 +274,28 @@ def schedule_name(name: Any) -> str:
     if not isinstance(name, str) or not TASK_RE.fullmatch(name):
         raise InvalidInput(f"invalid schedule name {_show(name)}: {TASK_RULE}")
     return name
+
+
+_RATE_RE = re.compile(r"\s*(\d{1,9})\s*/\s*(\S+)\s*")
+MAX_RATE_PERIOD = 86400.0  # a rate is counted over at most a day
+
+
+def rate(text: Any) -> tuple[int, float]:
+    """Parse a rate '50/s', '1000/m', '10/h', '5/2s' or '3/250ms': (count, period seconds).
+
+    The period is a duration with a unit ('s' alone means one second), more than zero and at
+    most a day; the count an integer from 1."""
+    m = _RATE_RE.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise InvalidInput(f"invalid rate {_show(text)}: COUNT/PERIOD, e.g. 50/s, 1000/m, 10/h, 5/2s")
+    count, unit = int(m.group(1)), m.group(2).lower()
+    try:
+        period = duration(unit if unit[0].isdigit() else "1" + unit)
+    except InvalidInput:
+        period = -1.0
+    if unit[-1].isdigit() or unit[0] == ".":
+        period = -1.0  # a bare number: the unit is required
+    if count < 1 or not 0 < period <= MAX_RATE_PERIOD:
+        raise InvalidInput(f"invalid rate {_show(text)}: a count from 1 per a period with a unit,"
+                           " over 0 and at most 1d, e.g. 50/s, 1000/m, 10/h, 5/2s")
+    return count, period

@@ -40,8 +40,6 @@ from jobrun.web import cli as web_cli
 
 app = typer.Typer(name="jobrun", help="A durable job queue on PostgreSQL.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
-queue_app = typer.Typer(help="Declare, list, pause and resume queues.", no_args_is_help=True)
-app.add_typer(queue_app, name="queue")
 
 _GLOBAL = "Global options"
 Dsn = Annotated[Optional[str], typer.Option(
@@ -329,14 +327,17 @@ def delete(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn:
 @app.command()
 def purge(
     ctx: typer.Context,
-    older_than: Annotated[str, typer.Option(
-        "--older-than", help="Finished longer ago than this, e.g. 7d.", show_default=False)],
+    older_than: Annotated[Optional[str], typer.Option(
+        "--older-than", show_default=False,
+        help="Finished longer ago than this, e.g. 7d, in queues without a retention of their"
+             " own (those keep theirs). Without it: only queues with a retention.")] = None,
     status: Annotated[Optional[list[str]], typer.Option(
         "--status", help="Repeatable; default: succeeded, dead and cancelled.",
         show_default=False)] = None,
     dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
 ) -> None:
-    """Delete finished jobs (with their attempts) older than a duration."""
+    """Delete finished jobs (with their attempts) older than their queue's retention or a
+    duration."""
     s = _session(ctx, dsn, schema, as_json)
     deleted = s.client().purge(older_than, statuses=tuple(status) if status else ops.TERMINAL)
     if s.as_json:
@@ -360,46 +361,13 @@ def stats(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
              r.dead, r.cancelled, _age(r.oldest_queued_age)] for r in rows], "no queues")
 
 
-@queue_app.command("add")
-def queue_add(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
-              as_json: AsJson = False) -> None:
-    """Declare a queue (no-op when it exists)."""
-    _emit(_session(ctx, dsn, schema, as_json).client().declare_queue(name))
-
-
-@queue_app.command("list")
-def queue_list(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
-               as_json: AsJson = False) -> None:
-    """List declared queues."""
-    s = _session(ctx, dsn, schema, as_json)
-    rows = s.client().queues()
-    if s.as_json:
-        _emit(rows)
-        return
-    _table(["name", "paused", "concurrency", "created_at"],
-           [[r["name"], "yes" if r["paused"] else "", r.get("concurrency"),
-             _time(r.get("created_at"))] for r in rows], "no queues")
-
-
-@queue_app.command("pause")
-def queue_pause(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
-                as_json: AsJson = False) -> None:
-    """Stop claiming jobs from a queue (running jobs finish)."""
-    _emit(_session(ctx, dsn, schema, as_json).client().pause_queue(name))
-
-
-@queue_app.command("resume")
-def queue_resume(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
-                 as_json: AsJson = False) -> None:
-    """Resume claiming jobs from a paused queue."""
-    _emit(_session(ctx, dsn, schema, as_json).client().resume_queue(name))
-
-
 app.command("web")(web_cli.web)
 
 if __name__ != "__main__":  # run as a script, the module proper (below) registers them
     from jobrun.admin.schedule_cli import schedule_app  # noqa: E402 - uses the helpers above
     app.add_typer(schedule_app, name="schedule")
+    from jobrun.admin.queue_cli import queue_app  # noqa: E402 - uses the helpers above
+    app.add_typer(queue_app, name="queue")
     from jobrun.admin import ops_cli  # noqa: E402,F401 - adds config, roles, health, embedded
     from jobrun.admin import observe_cli  # noqa: E402,F401 - adds workers, logs, top
 

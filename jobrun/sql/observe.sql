@@ -20,7 +20,7 @@ SELECT owner, host, pid, app, queues, tasks, concurrency, busy, version, infligh
  ORDER BY host, pid, owner
 
 -- name: observe_queues
--- Per declared queue: runnable/scheduled/leased depth and oldest runnable age, enqueues and finishes in the last `rate_window` s, wait p50/p95 of the latest `sample` jobs finished in `wait_window` s, failed attempts in `fail_window` s.
+-- Per declared queue: its settings (intervals in seconds), runnable/scheduled/leased depth and oldest runnable age, enqueues and finishes in the last `rate_window` s, wait p50/p95 of the latest `sample` jobs finished in `wait_window` s, failed attempts in `fail_window` s.
 WITH queued AS (
     SELECT queue,
            count(*) FILTER (WHERE run_at <= now()) AS queued,
@@ -61,7 +61,11 @@ WITH queued AS (
        AND a.outcome IN ('failed', 'timeout', 'worker_lost', 'lease_expired')
      GROUP BY j.queue
 )
-SELECT k.name AS queue, k.paused, k.concurrency,
+SELECT k.name AS queue, k.name, k.paused, k.concurrency, k.rate_limit,
+       extract(epoch FROM k.rate_period)::float8 AS rate_period,
+       extract(epoch FROM k.aging)::float8 AS aging, k.priority_default, k.max_attempts,
+       extract(epoch FROM k.retention)::float8 AS retention, k.key_concurrency,
+       k.created_at, k.updated_at, k.version,
        coalesce(q.queued, 0) AS queued, coalesce(q.scheduled, 0) AS scheduled,
        coalesce(l.leased, 0) AS leased,
        extract(epoch FROM now() - q.oldest_runnable)::float8 AS oldest_age,

@@ -98,11 +98,12 @@ UPDATE {schema}.jobs
 RETURNING *
 
 -- name: retry_job
--- Put a dead or cancelled job back to queued now, with its attempts and crashes reset.
+-- Put a dead or cancelled job back to queued now, with its attempts and crashes reset and the priority it was enqueued with (before aging).
 WITH r AS (
     UPDATE {schema}.jobs
        SET status = 'queued', attempts = 0, crashes = 0, run_at = now(), finished_at = NULL,
-           cancel_requested = false, version = version + 1
+           cancel_requested = false, version = version + 1,
+           priority = coalesce(base_priority, priority), base_priority = NULL, aged_at = NULL
      WHERE id = %(id)s AND status IN ('dead', 'cancelled')
        AND (%(version)s::bigint IS NULL OR version = %(version)s)
     RETURNING *
@@ -112,11 +113,13 @@ WITH r AS (
 SELECT r.* FROM r LEFT JOIN n ON true
 
 -- name: purge_batch
--- Delete up to `batch` finished jobs (and their attempts and effects) older than a duration.
+-- Delete up to `batch` finished jobs (and their attempts and effects) older than a duration, of the queues in `only` (all when NULL) but not in `exclude`.
 WITH d AS (
     SELECT id FROM {schema}.jobs
      WHERE status = ANY(%(statuses)s::text[])
        AND finished_at < now() - make_interval(secs => %(older_than)s)
+       AND (%(only)s::text[] IS NULL OR queue = ANY(%(only)s::text[]))
+       AND queue <> ALL(%(exclude)s::text[])
      ORDER BY finished_at
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED
@@ -148,19 +151,11 @@ SELECT k.name AS queue, k.paused,
   ) c ON c.queue = k.name
  ORDER BY k.name
 
--- name: queue_add
--- Declare a queue (no-op when it exists); returns the row.
-INSERT INTO {schema}.queues (name) VALUES (%(name)s)
-ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
-RETURNING *
-
--- name: queue_list
--- Declared queues.
-SELECT * FROM {schema}.queues ORDER BY name
-
 -- name: queue_set_paused
--- Pause or resume a queue; returns the row (none when undeclared).
-UPDATE {schema}.queues SET paused = %(paused)s WHERE name = %(name)s RETURNING *
+-- Pause or resume a queue (a change of its settings: version and updated_at move); no row when undeclared.
+UPDATE {schema}.queues SET paused = %(paused)s, version = version + 1, updated_at = now()
+ WHERE name = %(name)s
+RETURNING name
 
 -- name: queue_notify
 -- Wake masters for a queue (after resume).

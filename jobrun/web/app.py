@@ -11,7 +11,8 @@ from fastapi import Depends, FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 
 from jobrun import __version__, config, sdnotify
-from jobrun.web import envelope, events, routes_jobs, routes_observe, routes_schedules
+from jobrun.web import (envelope, events, routes_jobs, routes_observe, routes_queues,
+                        routes_schedules)
 from jobrun.web.guard import Guard, Policy
 from jobrun.web.pool import Database
 
@@ -54,6 +55,7 @@ def create_app(settings: config.Settings, *, token: str | None = None,
     envelope.install(app)
     app.include_router(routes_jobs.router)
     app.include_router(routes_observe.router)
+    app.include_router(routes_queues.router)
     app.include_router(routes_schedules.router)
     events.install(app, database.client.dsn, database.q)  # GET /api/v1/events (the console's)
     limit = settings.max_payload_bytes + BODY_MARGIN
@@ -65,7 +67,7 @@ def create_app(settings: config.Settings, *, token: str | None = None,
     if allow_origins:
         # Outermost: answers preflights from the allowed origins; no wildcard, ever.
         app.add_middleware(CORSMiddleware, allow_origins=list(allow_origins),
-                           allow_methods=["GET", "POST", "DELETE"],
+                           allow_methods=["GET", "POST", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "If-Match",
                                           "Idempotency-Key"], expose_headers=["ETag"])
     return app

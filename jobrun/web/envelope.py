@@ -46,7 +46,7 @@ class ErrorBody(BaseModel):
     message: str
     code: str
     fields: dict[str, str] = {}
-    current: dict[str, Any] | None = None  # 409 on a stale version: the job as it is now
+    current: dict[str, Any] | None = None  # 409 on a stale version: the job or queue as it is now
 
 
 class ApiError(Exception):
@@ -76,6 +76,8 @@ _FIELD_PREFIXES = (
     ("invalid idempotency key", "idempotency_key"), ("payload", "payload"),
     ("invalid duration", "delay"), ("run_at", "run_at"), ("give run_at or delay", "delay"),
     ("invalid version", "version"), ("invalid status", "status"), ("invalid outcome", "outcome"),
+    ("invalid rate", "rate"), ("invalid aging", "aging"), ("invalid retention", "retention"),
+    ("invalid concurrency", "concurrency"), ("invalid key_concurrency", "key_concurrency"),
 )
 
 
@@ -104,7 +106,8 @@ def _jobrun_error(exc: JobrunError) -> JSONResponse:
     if isinstance(exc, NotFound):
         return error_response("not_found", str(exc))
     if isinstance(exc, StaleVersion):
-        current = exc.current.to_dict() if hasattr(exc.current, "to_dict") else None
+        current = (exc.current.to_dict() if hasattr(exc.current, "to_dict") else
+                   exc.current if isinstance(exc.current, dict) else None)
         return error_response("conflict", str(exc), current=json.loads(
             json.dumps(current, default=_iso)) if current else None)
     if isinstance(exc, (Conflict, Refused)):

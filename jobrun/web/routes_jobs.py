@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
@@ -35,6 +35,8 @@ def db(request: Request) -> Database:
 def _plain(value: Any) -> Any:
     if isinstance(value, (datetime, date)):
         return value.isoformat()
+    if isinstance(value, timedelta):  # the API writes intervals as seconds
+        return value.total_seconds()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     raise TypeError(f"{type(value).__name__} is not JSON")

@@ -1,5 +1,5 @@
-"""/api/v1 reads for operators: the attempts feed, queues (with pause/resume), workers,
-tasks and stats, plus the health check."""
+"""/api/v1 reads for operators: the attempts feed, workers, tasks and stats, plus the health
+check (queues: routes_queues.py)."""
 
 from __future__ import annotations
 
@@ -42,24 +42,6 @@ async def attempts_feed(
     rows, following = await d.run(reads.attempts_feed(
         d.q, outcomes=outcome, task=task, queue=queue, limit=limit, cursor=cursor))
     return reply({"attempts": rows, "next_cursor": following})
-
-
-@router.get("/queues", responses=responses(*READ))
-async def queues(request: Request):
-    """Each declared queue: paused, concurrency, depth, rates, waits, failures."""
-    return reply(await db(request).run(reads.queues(db(request).q)))
-
-
-@router.post("/queues/{name}/pause", responses=responses(*WRITE, "not_found"))
-async def pause_queue(request: Request, name: Name):
-    """Stop claiming from a queue (running jobs finish)."""
-    return reply(await db(request).run(ops.queue_set_paused(db(request).q, name, True)))
-
-
-@router.post("/queues/{name}/resume", responses=responses(*WRITE, "not_found"))
-async def resume_queue(request: Request, name: Name):
-    """Resume claiming from a paused queue."""
-    return reply(await db(request).run(ops.queue_set_paused(db(request).q, name, False)))
 
 
 @router.get("/workers", responses=responses(*READ))

@@ -33,6 +33,7 @@ from jobrun.logs import event
 from jobrun.policy import alive_interval, database_reached, reap_interval
 from jobrun.sql import for_schema
 from jobrun.worker import teardown
+from jobrun.worker.aging import AgingSweeper
 from jobrun.worker.claimer import Claimer
 from jobrun.worker.completer import Completer
 from jobrun.worker.dispatcher import Dispatcher
@@ -101,8 +102,8 @@ class Master:
             self.loop.add_signal_handler(getattr(signal, "SIG" + name.upper()),
                                          getattr(self, "handle_" + name))
         booting = [s for s in (self.http, self.dispatcher) if s is not None]
-        serving = [self.completer, self.notifier, self.reaper, self.scheduler, self.registry,
-                   self.ticker, self.heartbeater, self.claimer]
+        serving = [self.completer, self.notifier, self.reaper, self.aging, self.scheduler,
+                   self.registry, self.ticker, self.heartbeater, self.claimer]
         for service in booting:
             self._start(service)
         await asyncio.wait([asyncio.ensure_future(self.dispatcher.booted.wait()),
@@ -143,6 +144,9 @@ class Master:
         self.reaper = Reaper(self.dsn, self.q, interval=reap_interval(s.lease_ttl),
                              retention=s.retention, on_reaped=m.expired.inc,
                              on_db_error=m.db_errors.labels("reaper").inc)
+        self.aging = AgingSweeper(self.dsn, self.q, list(s.queues),
+                                  on_aged=lambda queue, n: m.aged.labels(queue).inc(n),
+                                  on_db_error=m.db_errors.labels("aging").inc)
         self.heartbeater = Heartbeater(self.dsn, self.q, self.owner, s.lease_ttl,
                                        leases=self.dispatcher.leases,
                                        loop_alive=self.ticker.loop_alive,
@@ -309,7 +313,7 @@ class Master:
         keep = {"app": self.settings.app, "schema": self.settings.schema,
                 "database_url": self.settings.database_url, "spawn": self.settings.spawn}
         self.settings = replace(new, **keep)
-        for service in (self.dispatcher, self.claimer, self.notifier, self.reaper,
+        for service in (self.dispatcher, self.claimer, self.notifier, self.reaper, self.aging,
                         self.heartbeater, self.registry, self.ticker, self.completer):
             service.reconfigure(self.settings)
         self.ticker.mark_changed()

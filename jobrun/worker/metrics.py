@@ -57,6 +57,8 @@ class Metrics:
         self.fenced = Counter("jobrun_lease_fenced", "Leases this master fenced", registry=r)
         self.expired = Counter("jobrun_lease_expired", "Expired leases reaped by this master",
                                registry=r)
+        self.aged = Counter("jobrun_jobs_aged", "Queued jobs this master's aging sweeper promoted"
+                            " (each by the steps it was owed)", ["queue"], registry=r)
         self.refused = Counter("jobrun_completion_refused",
                                "Outcomes the fencing guard refused (lease lost)", registry=r)
         self.claim_batch = Histogram("jobrun_claim_batch_size", "Jobs per claim statement",

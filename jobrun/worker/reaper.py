@@ -5,7 +5,8 @@ transaction may hold the effect key a successor needs). Leases past their expiry
 database clock go back to ``queued`` with backoff (or
 ``dead`` when attempts are spent, ``cancelled`` when cancel was requested), each guarded by
 the token it read, with a ``lease_expired`` attempt row. It also purges finished jobs older
-than the retention period, in small batches so no lock is held for long.
+than their queue's retention, or the master's ``retention`` for queues without one (0: keep
+those), in small batches so no lock is held for long.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class Reaper(Service):
                 try:
                     conn = await reconnect_if_broken(conn, self.dsn)
                     await self.reap(conn)
-                    if self.retention > 0 and time.monotonic() >= self._next_purge:
+                    # Also with retention 0 (keep): queues with a retention of their own.
+                    if time.monotonic() >= self._next_purge:
                         await self.purge(conn)
                         self._next_purge = time.monotonic() + self.purge_interval
                     failures = 0

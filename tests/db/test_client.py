@@ -809,7 +809,9 @@ def test_purge_works_in_batches(pg_dsn, client, admin_conn, schema):
             while True:
                 with conn.cursor(row_factory=dict_row) as cur:
                     cur.execute(step.query, step.params)
-                    assert not step.returns_rows
+                    if step.returns_rows:  # the queues' own retentions (none here)
+                        step = op.send(cur.fetchall())
+                        continue
                     deleted_per_batch.append(cur.rowcount)
                 step = op.send(deleted_per_batch[-1])
         except StopIteration as stop:

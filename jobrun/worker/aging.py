@@ -1,0 +1,115 @@
+"""The aging sweeper: writes the priority steps that waiting jobs of aging queues are owed.
+
+A queue with ``aging = A`` promises that a queued job gains one priority step per A of
+waiting (jobrun/policy/aging.py). The claim orders by the stored priority on its index
+(jobs_claim), so the steps are written into the rows: each pass runs ``age_queued`` for the
+queues due, which walks each queue's priority levels through jobs_claim and promotes the due
+prefix of each level (run_at order), in batches. A pass costs index descents per priority
+level present plus the rows it promotes, never a scan of the queue (docs/queues.md).
+
+Every master runs it, for the queues it serves; concurrent sweeps are safe without a leader:
+rows are locked FOR UPDATE SKIP LOCKED (a row another sweep or a claim holds is skipped), and
+a row read before another sweep promoted it is re-checked on its new version, where it is no
+longer due. A leader would save the duplicate level descents of a second master, but a
+leader's loss would stop aging for up to the lease's takeover time, which the starvation
+bound would then have to include.
+
+Timing: each queue is swept every ``sweep_interval(A)``; the queues' settings are read again
+every IDLE_POLL seconds, so a queue that starts (or stops) aging is noticed within that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Callable
+
+import psycopg
+
+from jobrun.logs import event
+from jobrun.policy.aging import IDLE_POLL, next_wait, sweep_interval
+from jobrun.sql import Queries
+from jobrun.store import db
+from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
+
+log = logging.getLogger("jobrun.aging")
+
+
+class AgingSweeper(Service):
+    name = "aging"
+
+    def __init__(self, dsn: str, queries: Queries, queues: list[str], *, batch: int = 500,
+                 on_aged: Callable[[str, int], None] | None = None,
+                 on_db_error: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.q = queries
+        self.queues = list(queues)
+        self.batch = batch
+        self.on_aged = on_aged
+        self.on_db_error = on_db_error
+        self.aged = 0
+        self.intervals: dict[str, float] = {}  # queue -> seconds between its sweeps
+        self._read_at = 0.0                    # monotonic: next read of the settings
+        self._next: dict[str, float] = {}      # queue -> monotonic time of its next sweep
+
+    def reconfigure(self, settings) -> None:
+        self.queues = list(settings.queues)
+        self._read_at = 0.0
+
+    async def _run(self) -> None:
+        failures = 0
+        conn: psycopg.AsyncConnection | None = None
+        try:
+            while True:
+                try:
+                    conn = await reconnect_if_broken(conn, self.dsn)
+                    wait = await self.sweep(conn, time.monotonic())
+                    failures = 0
+                except Exception as exc:  # noqa: BLE001 - log, back off, go on
+                    failures += 1
+                    if self.on_db_error:
+                        self.on_db_error()
+                    event(log, logging.WARNING, "aging.failed", error=db.first_line(exc),
+                          retry=failures)
+                    await backoff_sleep(failures)
+                    continue
+                await asyncio.sleep(wait)  # the sweeper's period
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def sweep(self, conn: psycopg.AsyncConnection, now: float) -> float:
+        """One pass at monotonic time ``now``: sweep the queues due; returns the seconds until
+        the next pass."""
+        if now >= self._read_at:
+            cur = await conn.execute(self.q.aging_queues, {"queues": self.queues})
+            self.intervals = {r["name"]: sweep_interval(r["aging"]) for r in await cur.fetchall()}
+            self._next = {n: self._next.get(n, now) for n in self.intervals}
+            self._read_at = now + IDLE_POLL
+        due = [n for n, at in self._next.items() if at <= now]
+        if due:
+            await self.age(conn, due)
+            for n in due:
+                self._next[n] = now + self.intervals[n]
+        ahead = [at - now for at in self._next.values()]
+        return max(0.0, next_wait(ahead + [self._read_at - now]))
+
+    async def age(self, conn: psycopg.AsyncConnection, queues: list[str]) -> int:
+        """Promote every job of ``queues`` that is owed a step, a batch per statement."""
+        total = 0
+        while True:
+            cur = await conn.execute(self.q.age_queued, {"queues": queues, "batch": self.batch})
+            rows = await cur.fetchall()
+            for queue, n in Counter(r["queue"] for r in rows).items():
+                if self.on_aged:
+                    self.on_aged(queue, n)
+            total += len(rows)
+            if len(rows) < self.batch:
+                break
+        if total:
+            event(log, logging.DEBUG, "aging.promoted", jobs=total, queues=",".join(queues))
+        self.aged += total
+        return total
