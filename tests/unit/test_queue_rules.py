@@ -151,7 +151,8 @@ def test_longer_waits_never_make_a_job_worse(p, w1, w2, a):
        ahead=st.integers(0, 10**6), x=st.floats(0.1, 1e5))
 def test_the_bound_covers_the_steps_the_lag_and_the_drain(p, a, lag, ahead, x):
     bound = aging.starvation_bound(p, a, lag, ahead, x)
-    # by then every step is due (up to float rounding), so the job is at the top level
-    waited = (bound - lag - ahead / x) * (1 + 1e-9)
+    # by then every step is due, so the job is at the top level (float rounding: the
+    # subtraction loses up to a few ulps of the bound, not of the difference)
+    waited = (bound - lag - ahead / x) + 1e-9 * max(1.0, bound)
     assert aging.effective_priority(p, waited, a) == aging.PRIORITY_MIN
     assert bound >= ahead / x and aging.starvation_bound(p, a, lag, ahead, 0) == math.inf
