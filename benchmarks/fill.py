@@ -1,8 +1,9 @@
 """Bulk-filled job tables for the read benchmarks: one INSERT ... SELECT generate_series each.
 
 `history`: a queue that has run for a while, `rows` jobs created over the last hour, newest
-ids last. Per 10,000 jobs: 400 queued (100 of them scheduled an hour ahead), 5 leased,
-5 dead (a rare finished status), 290 cancelled, the rest succeeded; queues `default` 70 %,
+ids last, worked first in first out: the newest 4 % are queued (a quarter of them scheduled an
+hour ahead), the 0.05 % before them leased; of the older ones, per 10,000: 5 dead (a rare
+finished status), 290 cancelled, the rest succeeded; queues `default` 70 %,
 `emails` 20 %, `reports` ~10 %, `rare` 0.01 %; tasks `bench.t0` .. `bench.t<tasks-1>` and
 `bench.rare` (0.01 %); one job in 1,000 made by the schedule `bench.nightly`. Every finished job has its attempt rows (a dead job two).
 
@@ -25,21 +26,26 @@ INSERT INTO {jobs} (task, queue, payload, status, run_at, attempts, started_at, 
 SELECT CASE WHEN t = 0 THEN 'bench.rare' ELSE 'bench.t' || (t %% %(tasks)s) END,
        CASE WHEN q < 7000 THEN 'default' WHEN q < 9000 THEN 'emails'
             WHEN q < 9999 THEN 'reports' ELSE 'rare' END,
-       jsonb_build_object('n', g),
-       CASE WHEN b < 400 THEN 'queued' WHEN b < 405 THEN 'leased' WHEN b < 410 THEN 'dead'
-            WHEN b < 700 THEN 'cancelled' ELSE 'succeeded' END,
-       CASE WHEN b < 100 THEN now() + interval '1 hour' ELSE c END,
-       CASE WHEN b < 100 THEN 0 WHEN b < 400 THEN 0 WHEN b < 410 THEN 2 ELSE 1 END,
-       CASE WHEN b >= 400 THEN c + interval '1 s' END,
-       CASE WHEN b >= 405 THEN c + interval '1 s' + (g %% 7) * interval '100 ms' END,
+       jsonb_build_object('n', g), status,
+       CASE WHEN status = 'queued' AND g %% 4 = 0 THEN now() + interval '1 hour' ELSE c END,
+       CASE WHEN status = 'queued' THEN 0 WHEN status = 'dead' THEN 2 ELSE 1 END,
+       CASE WHEN status <> 'queued' THEN c + interval '1 s' END,
+       CASE WHEN status IN ('succeeded', 'dead', 'cancelled')
+            THEN c + interval '1 s' + (g %% 7) * interval '100 ms' END,
        c,
-       CASE WHEN b >= 400 AND b < 405 THEN 'bench:1:x' END,
-       CASE WHEN b >= 400 AND b < 405 THEN now() + interval '30 s' END,
+       CASE WHEN status = 'leased' THEN 'bench:1:x' END,
+       CASE WHEN status = 'leased' THEN now() + interval '30 s' END,
        CASE WHEN g %% 3 = 0 THEN 'key-' || g END,
        CASE WHEN g %% 1000 = 1 THEN %(schedule)s::bigint END
-  FROM (SELECT g, g %% 10000 AS b, (g * 7919) %% 10000 AS q, (g * 104729) %% 10000 AS t,
-               now() - (%(rows)s - g) * (interval '1 hour' / %(rows)s) - interval '5 s' AS c
-          FROM generate_series(1::bigint, %(rows)s) g) s
+  FROM (SELECT g, c, q, t,
+               CASE WHEN newer < %(rows)s / 25 THEN 'queued'
+                    WHEN newer < %(rows)s / 25 + %(rows)s / 2000 THEN 'leased'
+                    WHEN b < 5 THEN 'dead' WHEN b < 295 THEN 'cancelled'
+                    ELSE 'succeeded' END AS status
+          FROM (SELECT g, %(rows)s - g AS newer, g %% 10000 AS b, (g * 7919) %% 10000 AS q,
+                       (g * 104729) %% 10000 AS t,
+                       now() - (%(rows)s - g) * (interval '1 hour' / %(rows)s) - interval '5 s' AS c
+                  FROM generate_series(1::bigint, %(rows)s) g) s) s
 """
 
 DRAIN = """

@@ -25,31 +25,43 @@ WITH d AS (
 SELECT * FROM d
 
 -- name: web_list_jobs
--- Jobs newest first, by any of `statuses`, queue, task, schedule (name) and a substring of id, task or idempotency key; keyset on id (before = last id seen); looks at no more than `scan` jobs, and returns the last one it looked at (matches false) when it stopped there.
--- The walk goes down one index newest first: jobs_task_id with a task, jobs_schedule with a
--- schedule, else the primary key. The other filters are tested on the rows it reaches, and a
--- filter that matches rarely (a rare queue or finished status) would walk the whole table: the
--- inner LIMIT stops it after `scan` rows whatever the plan, and the caller turns the last row
--- looked at into the cursor of the next page. Rows stream through (the outer LIMIT stops the
--- walk as soon as the page is full); the inner LIMIT keeps any filter below it from being
--- pushed into the walk.
-SELECT * FROM (
-    SELECT w.*, row_number() OVER (ORDER BY w.id DESC) AS walked,
-           (%(statuses)s::text[] IS NULL OR w.status = ANY(%(statuses)s::text[]))
-           AND (%(queue)s::text IS NULL OR w.queue = %(queue)s)
-           AND (%(q)s::text IS NULL OR strpos(w.id::text, %(q)s) > 0
-                OR strpos(w.task, %(q)s) > 0 OR strpos(w.idempotency_key, %(q)s) > 0) AS matches
-      FROM (SELECT * FROM {schema}.jobs
-             WHERE (%(task)s::text IS NULL OR task = %(task)s)
-               AND (%(schedule)s::text IS NULL
-                    OR schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
-               AND (%(before)s::bigint IS NULL OR id < %(before)s)
-             ORDER BY id DESC
-             LIMIT %(scan)s) w
-) m
- WHERE matches OR walked = %(scan)s
+-- Jobs newest first, by any of `statuses`, queue, task, schedule (name) and a substring of id, task or idempotency key; keyset on id (before = last id seen); looks at no more than `scan` jobs.
+-- The walk reads ids only, newest first, from the index that holds them in order: jobs_task_id
+-- with a task, else jobs_schedule with a schedule, else the primary key (an id-only walk makes the
+-- covering index the cheap path whatever the planner's estimates). Each id is then read by
+-- primary key (LATERAL ... LIMIT 1 keeps that a lookup per id, never a join that walks the
+-- table) and tested against the other filters. A filter that matches rarely (a rare queue or
+-- finished status) would otherwise walk the whole table: the walk's LIMIT stops it after
+-- `scan` ids, while the outer LIMIT stops it as soon as the page is full. A short page asks
+-- web_list_jobs_walked_to where the walk stopped.
+SELECT j.* FROM (
+    SELECT id FROM {schema}.jobs
+     WHERE (%(task)s::text IS NULL OR task = %(task)s)
+       AND (%(schedule)s::text IS NULL OR %(task)s::text IS NOT NULL
+            OR schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
+       AND (%(before)s::bigint IS NULL OR id < %(before)s)
+     ORDER BY id DESC
+     LIMIT %(scan)s) w
+CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs x WHERE x.id = w.id LIMIT 1) j
+ WHERE (%(schedule)s::text IS NULL OR %(task)s::text IS NULL  -- with a task, tested here
+        OR j.schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
+   AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(q)s::text IS NULL OR strpos(j.id::text, %(q)s) > 0 OR strpos(j.task, %(q)s) > 0
+        OR strpos(j.idempotency_key, %(q)s) > 0)
+ ORDER BY w.id DESC
+ LIMIT %(limit)s
+
+-- name: web_list_jobs_walked_to
+-- The id of the `scan`-th job of web_list_jobs' walk (same task, schedule and before), where a short page stopped; no row when the walk ran out first.
+SELECT id FROM {schema}.jobs
+ WHERE (%(task)s::text IS NULL OR task = %(task)s)
+   AND (%(schedule)s::text IS NULL OR %(task)s::text IS NOT NULL
+        OR schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
+   AND (%(before)s::bigint IS NULL OR id < %(before)s)
  ORDER BY id DESC
- LIMIT %(limit)s + 1
+ OFFSET %(scan)s - 1
+ LIMIT 1
 
 -- name: web_attempts_feed
 -- Finished attempts across jobs, newest first, by any of `outcomes`, task and queue; keyset on (finished_at, job_id, lease_token).

@@ -57,7 +57,7 @@ KEEPALIVE = 15.0
 # Fields that move on every frame without anything having happened (the clock, ages, run time
 # of in-flight jobs); a frame that differs only in these is not sent.
 _CLOCK_FIELDS = frozenset({"at", "uptime", "last_seen", "last_seen_ago", "age", "oldest_age",
-                           "elapsed"})
+                           "elapsed", "rate_seconds"})
 
 
 def _plain(value: Any) -> Any:

@@ -52,14 +52,20 @@ def list_jobs(q: Queries, *, statuses: Sequence[str] = (), queue: str | None = N
         "task": validate.task_name(task) if task is not None else None,
         "schedule": validate.schedule_name(schedule) if schedule is not None else None,
         "q": _search_text(text), "limit": _page(limit), "before": _job_cursor(cursor),
-        "scan": scan,
     }
+    # Without a filter beyond the walked index's own, every row it reaches matches: the walk
+    # needs only the page (and the planner then picks a walk that stops there).
+    residual = (params["statuses"] or params["queue"] or params["q"]
+                or (params["task"] and params["schedule"]))
+    params["scan"] = scan = scan if residual else limit
     rows = yield Step(q.web_list_jobs, params)
-    jobs = [JobRecord.from_row(r) for r in rows if r["matches"]][:limit]
+    jobs = [JobRecord.from_row(r) for r in rows]
     if len(jobs) == limit:
         return jobs, str(jobs[-1].id), False
-    stopped = [r["id"] for r in rows if r["walked"] == scan]
-    return jobs, (str(stopped[0]) if stopped else None), bool(stopped)
+    if scan == limit:  # the walk ran out before the page filled: nothing older
+        return jobs, None, False
+    stopped = yield Step(q.web_list_jobs_walked_to, params)
+    return jobs, (str(stopped[0]["id"]) if stopped else None), bool(stopped)
 
 
 def _search_text(text: str | None) -> str | None:

@@ -10,7 +10,8 @@ since its previous read (sql/stream.sql):
   on queued and leased rows, as stored at the read.
 - **enqueued/s**: jobs whose id is above the previous read's highest id (a primary-key range),
   summed over the reads of the last ``RATE_WINDOW`` s and divided by the time they cover
-  (shorter while the stream is younger than that; ``None`` on its first read).
+  (``rate_seconds`` in the frame: shorter while the stream is younger than ``RATE_WINDOW``;
+  the rates are ``None`` on its first read).
 - **done/s**: jobs that reached succeeded, dead or cancelled with ``finished_at`` between the
   previous read's mark and this one's (a range of the finished-jobs index), summed the same
   way. A read's mark is its clock minus ``LAG`` s, so a completion that commits up to ``LAG``
@@ -88,7 +89,8 @@ class StreamSummary:
                 at=rows[0]["now"], queues=[self._view(r, now) for r in rows if r["queue"]],
                 masters=masters, stale_masters=stale, failures=top.latest_failures(conn, q),
                 schedules=conn.execute(q.schedules_for_top, {"limit": 20}).fetchall())
-        return snap.to_dict()
+        span = now - self.moves[0][0] if self.moves else None
+        return {**snap.to_dict(), "rate_seconds": span}
 
     def _start(self, conn: psycopg.Connection, q: Queries, mark: datetime) -> None:
         self.after_id = conn.execute(q.stream_highest_id).fetchone()["id"]
