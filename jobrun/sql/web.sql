@@ -25,43 +25,40 @@ WITH d AS (
 SELECT * FROM d
 
 -- name: web_list_jobs
--- Jobs newest first, by any of `statuses`, queue, task, schedule (name) and a substring of id, task or idempotency key; keyset on id (before = last id seen); looks at no more than `scan` jobs.
+-- Jobs newest first, by any of `statuses`, queue, task, schedule (name) and a substring of id, task or idempotency key; keyset on id (before = last id seen); looks at no more than `scan` jobs, and on a short page says where it stopped (walked_to; one row of NULL job columns when the page is empty).
 -- The walk reads ids only, newest first, from the index that holds them in order: jobs_task_id
--- with a task, else jobs_schedule with a schedule, else the primary key (an id-only walk makes the
--- covering index the cheap path whatever the planner's estimates). Each id is then read by
+-- with a task, else jobs_schedule with a schedule, else the primary key (an id-only walk makes
+-- the covering index the cheap path whatever the planner's estimates). Each id is then read by
 -- primary key (LATERAL ... LIMIT 1 keeps that a lookup per id, never a join that walks the
 -- table) and tested against the other filters. A filter that matches rarely (a rare queue or
 -- finished status) would otherwise walk the whole table: the walk's LIMIT stops it after
--- `scan` ids, while the outer LIMIT stops it as soon as the page is full. A short page asks
--- web_list_jobs_walked_to where the walk stopped.
-SELECT j.* FROM (
+-- `scan` ids, while the page's LIMIT stops it as soon as the page is full. Only a short page
+-- walks again (ids only) to find the lowest id looked at, when the walk reached `scan`.
+WITH walk AS NOT MATERIALIZED (
     SELECT id FROM {schema}.jobs
      WHERE (%(task)s::text IS NULL OR task = %(task)s)
        AND (%(schedule)s::text IS NULL OR %(task)s::text IS NOT NULL
             OR schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
        AND (%(before)s::bigint IS NULL OR id < %(before)s)
      ORDER BY id DESC
-     LIMIT %(scan)s) w
-CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs x WHERE x.id = w.id LIMIT 1) j
- WHERE (%(schedule)s::text IS NULL OR %(task)s::text IS NULL  -- with a task, tested here
-        OR j.schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
-   AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
-   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-   AND (%(q)s::text IS NULL OR strpos(j.id::text, %(q)s) > 0 OR strpos(j.task, %(q)s) > 0
-        OR strpos(j.idempotency_key, %(q)s) > 0)
- ORDER BY w.id DESC
- LIMIT %(limit)s
-
--- name: web_list_jobs_walked_to
--- The id of the `scan`-th job of web_list_jobs' walk (same task, schedule and before), where a short page stopped; no row when the walk ran out first.
-SELECT id FROM {schema}.jobs
- WHERE (%(task)s::text IS NULL OR task = %(task)s)
-   AND (%(schedule)s::text IS NULL OR %(task)s::text IS NOT NULL
-        OR schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
-   AND (%(before)s::bigint IS NULL OR id < %(before)s)
- ORDER BY id DESC
- OFFSET %(scan)s - 1
- LIMIT 1
+     LIMIT %(scan)s
+), page AS (
+    SELECT j.* FROM walk w
+     CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs x WHERE x.id = w.id LIMIT 1) j
+     WHERE (%(schedule)s::text IS NULL OR %(task)s::text IS NULL  -- with a task, tested here
+            OR j.schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
+       AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+       AND (%(q)s::text IS NULL OR strpos(j.id::text, %(q)s) > 0 OR strpos(j.task, %(q)s) > 0
+            OR strpos(j.idempotency_key, %(q)s) > 0)
+     ORDER BY w.id DESC
+     LIMIT %(limit)s
+)
+SELECT p.*, b.walked_to
+  FROM (SELECT CASE WHEN (SELECT count(*) FROM page) < %(limit)s
+                    THEN (SELECT min(id) FROM walk HAVING count(*) = %(scan)s) END AS walked_to) b
+  LEFT JOIN page p ON true
+ ORDER BY p.id DESC
 
 -- name: web_attempts_feed
 -- Finished attempts across jobs, newest first, by any of `outcomes`, task and queue; keyset on (finished_at, job_id, lease_token).

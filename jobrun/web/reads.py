@@ -59,13 +59,11 @@ def list_jobs(q: Queries, *, statuses: Sequence[str] = (), queue: str | None = N
                 or (params["task"] and params["schedule"]))
     params["scan"] = scan = scan if residual else limit
     rows = yield Step(q.web_list_jobs, params)
-    jobs = [JobRecord.from_row(r) for r in rows]
+    jobs = [JobRecord.from_row(r) for r in rows if r["id"] is not None]
     if len(jobs) == limit:
         return jobs, str(jobs[-1].id), False
-    if scan == limit:  # the walk ran out before the page filled: nothing older
-        return jobs, None, False
-    stopped = yield Step(q.web_list_jobs_walked_to, params)
-    return jobs, (str(stopped[0]["id"]) if stopped else None), bool(stopped)
+    stopped = rows[0]["walked_to"]  # None: the walk ran out before the page filled
+    return jobs, (str(stopped) if stopped is not None else None), stopped is not None
 
 
 def _search_text(text: str | None) -> str | None:

@@ -77,19 +77,12 @@ def test_every_jobs_filter_is_an_index_walk_bounded_by_the_scan(pg_dsn, big, com
     scan = reads.SCAN if residual else 50
     plan = executed(pg_dsn, for_schema(big).web_list_jobs, {**params, "limit": 50, "scan": scan})
     scans = table_reads(plan)
-    assert plan["Node Type"] == "Limit", plan
     assert scans and all(t != "Seq Scan" for t, _, _ in scans), scans
     if params["task"] == "bench.rare":
         assert "jobs_task_id" in indexes(plan), scans
-    # The walk reads no more than `scan` ids, and each is read once more by id.
-    assert len(scans) == 2 and all(rows <= scan for _, _, rows in scans), scans
-
-
-def test_a_walk_that_stops_reports_where(pg_dsn, big):
-    q = for_schema(big)
-    plan = executed(pg_dsn, q.web_list_jobs_walked_to,
-                    {"task": None, "schedule": None, "before": None, "scan": reads.SCAN})
-    assert all(t != "Seq Scan" and rows <= reads.SCAN for t, _, rows in table_reads(plan))
+    # The walk reads no more than `scan` ids, each is read once more by id, and a short page
+    # walks the ids once more to say where it stopped.
+    assert len(scans) in (2, 3) and all(rows <= scan for _, _, rows in scans), scans
 
 
 @pytest.mark.parametrize("name,params,used,bound", [
