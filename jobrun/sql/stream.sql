@@ -53,14 +53,13 @@ SELECT 'done', queue, count(*), NULL,
  GROUP BY queue
 
 -- name: stream_recent_waits
--- The first read's wait sample: the waits of the newest `sample` jobs that finished in the `window` s up to `upto`, per queue (the finished-jobs index, newest first, stopped by LIMIT).
-SELECT queue, array_agg(wait) AS waits
-  FROM (SELECT queue, extract(epoch FROM started_at - greatest(created_at, run_at))::float8 AS wait
-          FROM {schema}.jobs
-         WHERE status IN ('succeeded', 'dead', 'cancelled')
-           AND finished_at > %(upto)s - make_interval(secs => %(window)s)
-           AND finished_at <= %(upto)s
-           AND started_at >= greatest(created_at, run_at)
-         ORDER BY finished_at DESC
-         LIMIT %(sample)s) s
- GROUP BY queue
+-- The first read's wait sample: queue, wait (start minus runnable) and finished_at of the newest `sample` jobs that finished in the `window` s up to `upto`, newest first (the finished-jobs index, stopped by LIMIT).
+SELECT queue, extract(epoch FROM started_at - greatest(created_at, run_at))::float8 AS wait,
+       finished_at
+  FROM {schema}.jobs
+ WHERE status IN ('succeeded', 'dead', 'cancelled')
+   AND finished_at > %(upto)s - make_interval(secs => %(window)s)
+   AND finished_at <= %(upto)s
+   AND started_at >= greatest(created_at, run_at)
+ ORDER BY finished_at DESC
+ LIMIT %(sample)s

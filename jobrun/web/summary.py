@@ -19,7 +19,7 @@ since its previous read (sql/stream.sql):
 - **wait p50/p95** (start minus the time the job became runnable): over the newest
   ``WAIT_SAMPLE`` waits per queue of jobs that finished in the last ``top.WAIT_WINDOW`` s, kept
   here between reads: each read adds at most ``WAIT_SAMPLE`` per queue from its range; the
-  first read seeds them from the newest ``WAIT_SAMPLE`` finished jobs.
+  first read seeds them from the newest ``WAIT_SAMPLE`` finished jobs of all queues.
 - **failures**: failed attempts in the last ``top.FAIL_WINDOW`` s (a partial index on failed
   attempts); masters, latest failures and schedules as in ``jobrun top``.
 
@@ -36,7 +36,7 @@ import statistics
 import time
 from collections import deque
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -59,6 +59,15 @@ def percentiles(values: list[float]) -> tuple[float | None, float | None]:
     return cuts[49], cuts[94]
 
 
+class Move(NamedTuple):
+    """What one read saw move since the previous one (monotonic times), per queue."""
+
+    since: float
+    until: float
+    enqueued: dict[str, int]
+    done: dict[str, int]
+
+
 class StreamSummary:
     """The marks and recent figures carried from one read to the next. One per poller; its
     :meth:`read` is called by one thread at a time."""
@@ -67,8 +76,7 @@ class StreamSummary:
         self.after_id: int | None = None          # highest job id seen by the previous read
         self.mark: datetime | None = None         # the previous read's finished-jobs mark
         self.read_at: float | None = None         # monotonic time of the previous read
-        # (since, until, enqueued per queue, done per queue) of each read in the rate window
-        self.moves: deque[tuple[float, float, dict[str, int], dict[str, int]]] = deque()
+        self.moves: deque[Move] = deque()      # the reads of the rate window, oldest first
         self.waits: dict[str, deque[tuple[datetime, float]]] = {}
 
     def read(self, conn: psycopg.Connection, q: Queries) -> dict[str, Any]:
@@ -89,17 +97,18 @@ class StreamSummary:
                 at=rows[0]["now"], queues=[self._view(r, now) for r in rows if r["queue"]],
                 masters=masters, stale_masters=stale, failures=top.latest_failures(conn, q),
                 schedules=conn.execute(q.schedules_for_top, {"limit": 20}).fetchall())
-        span = now - self.moves[0][0] if self.moves else None
-        return {**snap.to_dict(), "rate_seconds": span}
+        return {**snap.to_dict(), "rate_seconds": self._span(now) or None}
 
     def _start(self, conn: psycopg.Connection, q: Queries, mark: datetime) -> None:
         self.after_id = conn.execute(q.stream_highest_id).fetchone()["id"]
         self.mark = mark
         self.moves.clear()
         self.waits = {}
-        for r in conn.execute(q.stream_recent_waits, {"upto": mark, "window": top.WAIT_WINDOW,
-                                                      "sample": WAIT_SAMPLE}).fetchall():
-            self._add_waits(r["queue"], mark, r["waits"])
+        rows = conn.execute(q.stream_recent_waits, {"upto": mark, "window": top.WAIT_WINDOW,
+                                                    "sample": WAIT_SAMPLE}).fetchall()
+        for r in reversed(rows):  # oldest first
+            self.waits.setdefault(r["queue"], deque(maxlen=WAIT_SAMPLE)).append(
+                (r["finished_at"], r["wait"]))
 
     def _advance(self, conn: psycopg.Connection, q: Queries, mark: datetime, now: float) -> None:
         moved: dict[str, dict[str, int]] = {"enqueued": {}, "done": {}}
@@ -111,30 +120,36 @@ class StreamSummary:
             else:
                 self._add_waits(r["queue"], mark, r["waits"] or [])
         self.mark = mark
-        self.moves.append((self.read_at or now, now, moved["enqueued"], moved["done"]))
-        while self.moves and self.moves[0][0] < now - RATE_WINDOW:
+        self.moves.append(Move(self.read_at or now, now, moved["enqueued"], moved["done"]))
+        while self.moves and self.moves[0].since < now - RATE_WINDOW:
             self.moves.popleft()
 
     def _add_waits(self, queue: str, at: datetime, newest_first: list[float]) -> None:
+        """Waits of jobs that finished by ``at`` (a read's mark: their age is counted from it)."""
         kept = self.waits.setdefault(queue, deque(maxlen=WAIT_SAMPLE))
         kept.extend((at, w) for w in reversed(newest_first))
 
+    def _span(self, now: float) -> float:
+        """Seconds the reads of the rate window cover (0.0 before the second read)."""
+        return now - self.moves[0].since if self.moves else 0.0
+
     def _view(self, row: dict[str, Any], now: float) -> top.QueueView:
         name = row["queue"]
-        span = now - self.moves[0][0] if self.moves else 0.0
+        span = self._span(now)
         waits = self._recent_waits(name, row["mark"])
         p50, p95 = percentiles(waits)
         return top.QueueView(
             queue=name, paused=row["paused"], concurrency=row["concurrency"],
             queued=row["queued"], scheduled=row["scheduled"], leased=row["leased"],
-            oldest_age=row["oldest_age"], enqueued_per_s=self._rate(2, name, span),
-            done_per_s=self._rate(3, name, span), wait_p50=p50, wait_p95=p95,
+            oldest_age=row["oldest_age"],
+            enqueued_per_s=self._rate([m.enqueued for m in self.moves], name, span),
+            done_per_s=self._rate([m.done for m in self.moves], name, span),
+            wait_p50=p50, wait_p95=p95,
             wait_sample=len(waits), failures=row["failures"])
 
-    def _rate(self, which: int, queue: str, span: float) -> float | None:
-        if span <= 0:
-            return None
-        return sum(m[which].get(queue, 0) for m in self.moves) / span
+    @staticmethod
+    def _rate(counts: list[dict[str, int]], queue: str, span: float) -> float | None:
+        return sum(c.get(queue, 0) for c in counts) / span if span > 0 else None
 
     def _recent_waits(self, queue: str, mark: datetime) -> list[float]:
         kept = self.waits.get(queue)
