@@ -21,7 +21,7 @@ TASK_WINDOW = 3600.0  # seconds of finished jobs and attempts behind a task's fi
 TASK_SAMPLE = 2000    # at most this many of those jobs, and of those attempts (the newest)
 TASK_RECENT = 10      # recent jobs shown with one task
 MAX_PAGE = 100
-SCAN = 10_000         # jobs a list looks at, at most, before it answers with what it found
+SCAN = 5_000          # jobs a list looks at, at most, before it answers with what it found
 
 
 def _one_of(values: Sequence[str], allowed: tuple[str, ...], what: str) -> list[str] | None:

@@ -121,7 +121,7 @@ async def list_jobs(
     cursor: Annotated[Optional[str], Query(description="next_cursor of the previous page")] = None,
 ):
     """Jobs newest first: {"jobs": [...], "next_cursor": str | null, "partial": bool}.
-    A request looks at no more than 10,000 jobs; "partial": true means it stopped there with
+    A request looks at no more than 5,000 jobs; "partial": true means it stopped there with
     fewer matches than `limit`: older matches may follow next_cursor."""
     d = db(request)
     jobs, following, partial = await d.run(reads.list_jobs(

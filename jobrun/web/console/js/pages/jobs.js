@@ -63,11 +63,11 @@ export async function render({ root, route }) {
           { label: "error", narrow: true, cell: (j) => firstLine(j.last_error ?? j.error ?? "") },
         ], jobs, {
           rowLink: (j) => `#/jobs/${j.id}`,
-          empty: partial ? empty("No match among the jobs looked at so far.", "Each request looks at up to 10,000 jobs; follow “older »” to keep looking.")
+          empty: partial ? empty("No match among the jobs looked at so far.", "Each request looks at up to 5,000 jobs; follow “older »” to keep looking.")
             : filtered ? empty("No job matches these filters.", "Clear a filter, or check the queue and task names.")
             : empty("No jobs yet.", "Enqueue one: jobrun enqueue TASK '{\"some\": \"payload\"}' --queue default"),
         }),
-        partial && jobs.length ? h("p", { class: "legend", id: "partial-page" }, "Fewer than a page: this request stopped after looking at 10,000 jobs. Older matches may follow.") : null,
+        partial && jobs.length ? h("p", { class: "legend", id: "partial-page" }, "Fewer than a page: this request stopped after looking at 5,000 jobs. Older matches may follow.") : null,
         h("div", { class: "pager" },
           p.cursor ? h("a", { href: `#/jobs${query({ ...p, cursor: "" })}` }, "« newest") : null,
           next !== null && next !== undefined ? h("a", { href: `#/jobs${query({ ...p, cursor: next })}`, id: "next-page" }, "older »") : null));
