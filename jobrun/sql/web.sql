@@ -6,6 +6,10 @@
 -- Render timestamps in UTC on this connection (the API speaks RFC 3339 UTC).
 SET TIME ZONE 'UTC'
 
+-- name: web_session_custom_plans
+-- Plan each read for its own parameters: a list's optional filters ("%(task)s IS NULL OR task = ...") pick their index only when the planner sees the values, never in a generic plan.
+SET plan_cache_mode = force_custom_plan
+
 -- name: delete_job
 -- Delete one finished job (with its attempts and effects), guarded by an optional version; returns the deleted row.
 WITH d AS (
@@ -21,18 +25,40 @@ WITH d AS (
 SELECT * FROM d
 
 -- name: web_list_jobs
--- Jobs newest first, by any of `statuses`, queue, task, schedule (name) and a substring of id, task or idempotency key; keyset on id (before = last id seen).
-SELECT * FROM {schema}.jobs
- WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
-   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-   AND (%(task)s::text IS NULL OR task = %(task)s)
-   AND (%(schedule)s::text IS NULL
-        OR schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
-   AND (%(q)s::text IS NULL OR strpos(id::text, %(q)s) > 0 OR strpos(task, %(q)s) > 0
-        OR strpos(idempotency_key, %(q)s) > 0)
-   AND (%(before)s::bigint IS NULL OR id < %(before)s)
- ORDER BY id DESC
- LIMIT %(limit)s
+-- Jobs newest first, by any of `statuses`, queue, task, schedule (name) and a substring of id, task or idempotency key; keyset on id (before = last id seen); looks at no more than `scan` jobs, and on a short page says where it stopped (walked_to; one row of NULL job columns when the page is empty).
+-- The walk reads ids only, newest first, from the index that holds them in order: jobs_task_id
+-- with a task, else jobs_schedule with a schedule, else the primary key (an id-only walk makes
+-- the covering index the cheap path whatever the planner's estimates). Each id is then read by
+-- primary key (LATERAL ... LIMIT 1 keeps that a lookup per id, never a join that walks the
+-- table) and tested against the other filters. A filter that matches rarely (a rare queue or
+-- finished status) would otherwise walk the whole table: the walk's LIMIT stops it after
+-- `scan` ids, while the page's LIMIT stops it as soon as the page is full. Only a short page
+-- walks again (ids only) to find the lowest id looked at, when the walk reached `scan`.
+WITH walk AS NOT MATERIALIZED (
+    SELECT id FROM {schema}.jobs
+     WHERE (%(task)s::text IS NULL OR task = %(task)s)
+       AND (%(schedule)s::text IS NULL OR %(task)s::text IS NOT NULL
+            OR schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
+       AND (%(before)s::bigint IS NULL OR id < %(before)s)
+     ORDER BY id DESC
+     LIMIT %(scan)s
+), page AS (
+    SELECT j.* FROM walk w
+     CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs x WHERE x.id = w.id LIMIT 1) j
+     WHERE (%(schedule)s::text IS NULL OR %(task)s::text IS NULL  -- with a task, tested here
+            OR j.schedule_id = (SELECT id FROM {schema}.schedules WHERE name = %(schedule)s))
+       AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+       AND (%(q)s::text IS NULL OR strpos(j.id::text, %(q)s) > 0 OR strpos(j.task, %(q)s) > 0
+            OR strpos(j.idempotency_key, %(q)s) > 0)
+     ORDER BY w.id DESC
+     LIMIT %(limit)s
+)
+SELECT p.*, b.walked_to
+  FROM (SELECT CASE WHEN (SELECT count(*) FROM page) < %(limit)s
+                    THEN (SELECT min(id) FROM walk HAVING count(*) = %(scan)s) END AS walked_to) b
+  LEFT JOIN page p ON true
+ ORDER BY p.id DESC
 
 -- name: web_attempts_feed
 -- Finished attempts across jobs, newest first, by any of `outcomes`, task and queue; keyset on (finished_at, job_id, lease_token).
@@ -47,24 +73,35 @@ SELECT a.job_id, a.lease_token, a.attempt, a.outcome, a.started_at, a.finished_a
  ORDER BY a.finished_at DESC, a.job_id DESC, a.lease_token DESC
  LIMIT %(limit)s
 
--- name: web_task_counts
--- Jobs per task (all, or one task) and status, as stored now.
-SELECT task, status, count(*) AS n
-  FROM {schema}.jobs
- WHERE %(task)s::text IS NULL OR task = %(task)s
+-- name: web_task_active
+-- Queued and leased jobs per task, as stored now, through the partial indexes on queued and on leased rows: the cost follows the queue's depth, not the table's history.
+SELECT task, 'queued' AS status, count(*) AS n FROM {schema}.jobs WHERE status = 'queued' GROUP BY task
+UNION ALL
+SELECT task, 'leased', count(*) FROM {schema}.jobs WHERE status = 'leased' GROUP BY task
+
+-- name: web_task_finished
+-- Of the newest `sample` jobs that finished (succeeded, dead, cancelled) in the last `window` s, how many per task and status, and the oldest finished_at among them (the finished-jobs index, newest first, stopped by LIMIT).
+SELECT task, status, count(*) AS n, min(finished_at) AS oldest,
+       now() - make_interval(secs => %(window)s) AS window_start
+  FROM (SELECT task, status, finished_at FROM {schema}.jobs
+         WHERE status IN ('succeeded', 'dead', 'cancelled')
+           AND finished_at > now() - make_interval(secs => %(window)s)
+         ORDER BY finished_at DESC
+         LIMIT %(sample)s) s
  GROUP BY task, status
 
 -- name: web_task_runs
--- Per task, of the latest `sample` attempts that ended in the last `window` s: how many, how many succeeded, mean and p95 run time in seconds.
+-- Per task, of the newest `sample` attempts that ended in the last `window` s (the attempts' finished_at index, newest first, stopped by LIMIT; each joined to its job by id): how many, how many succeeded, mean and p95 run time in seconds, the oldest finished_at among them.
 SELECT task, count(*) AS runs, count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
        avg(run)::float8 AS mean_run,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY run)::float8 AS p95_run
-  FROM (SELECT j.task, a.outcome, extract(epoch FROM a.finished_at - a.started_at) AS run
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY run)::float8 AS p95_run,
+       min(finished_at) AS oldest, now() - make_interval(secs => %(window)s) AS window_start
+  FROM (SELECT j.task, a.outcome, a.finished_at,
+               extract(epoch FROM a.finished_at - a.started_at) AS run
           FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
          WHERE a.finished_at > now() - make_interval(secs => %(window)s)
            AND a.started_at IS NOT NULL
            AND a.outcome IN ('succeeded', 'failed', 'timeout', 'worker_lost', 'lease_expired')
-           AND (%(task)s::text IS NULL OR j.task = %(task)s)
          ORDER BY a.finished_at DESC
          LIMIT %(sample)s) s
  GROUP BY task

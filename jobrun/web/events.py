@@ -5,12 +5,19 @@ a fast drain thousands of jobs change state per second; sending the browser one 
 (or running one query per job) would flood the page and load the database the queue needs.
 So the stream is a *summary*, computed on a clock, never per job:
 
-- One :class:`Summaries` per web process reads one frame of ``jobrun top``
-  (:func:`jobrun.admin.top.snapshot`: depth by status, rates in and done, wait p50/p95, live
-  masters with their busy children and in-flight jobs, the latest failures; one read-only
-  REPEATABLE READ transaction of a few indexed queries) every ``interval`` seconds (0.5 by
-  default, never below 0.25), on its own connection, only while someone is subscribed. Its
-  cost does not grow with the number of jobs or of open pages.
+- One :class:`Summaries` per web process, shared by every open stream, reads one frame
+  (:class:`jobrun.web.summary.StreamSummary`: the figures of ``jobrun top`` — depth by status,
+  rates in and done, wait p50/p95, live masters with their busy children and in-flight jobs,
+  the latest failures — from bounded reads: depth through the partial indexes, rates from what
+  moved since the previous read; one read-only REPEATABLE READ transaction) on its own
+  connection, only while someone is subscribed. Its cost does not grow with the number of
+  open pages, nor with the history the table keeps.
+- The poll's pace adapts: after a frame that changed (a busy queue) the next read comes
+  ``interval`` s later (0.25 by default, the floor: at most one summary per 250 ms however
+  many jobs move), after an unchanged one ``idle_interval`` s later (1.0); and never sooner
+  than ``cost_factor`` (20) times what the last read took, so the poll's own database time
+  stays under about 1/20 of one backend's even when the queue is deep (at most
+  ``MAX_INTERVAL`` s apart).
 - A frame equal to the previous one (times and ages aside) is not sent. An idle queue costs a
   keep-alive comment every 15 s and nothing else.
 - Each subscriber holds only the newest frame: a slow browser skips frames instead of queuing
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
@@ -37,15 +45,19 @@ from jobrun.admin import top
 from jobrun.errors import JobrunError
 from jobrun.logs import event
 from jobrun.sql import Queries
+from jobrun.web.summary import StreamSummary
 
 log = logging.getLogger("jobrun.web.events")
 
-MIN_INTERVAL = 0.25
+MIN_INTERVAL = 0.25   # at most one summary per 250 ms
+IDLE_INTERVAL = 1.0   # between reads while nothing changes
+COST_FACTOR = 20.0    # a read that took t waits at least COST_FACTOR * t before the next
+MAX_INTERVAL = 5.0
 KEEPALIVE = 15.0
 # Fields that move on every frame without anything having happened (the clock, ages, run time
 # of in-flight jobs); a frame that differs only in these is not sent.
 _CLOCK_FIELDS = frozenset({"at", "uptime", "last_seen", "last_seen_ago", "age", "oldest_age",
-                           "elapsed"})
+                           "elapsed", "rate_seconds"})
 
 
 def _plain(value: Any) -> Any:
@@ -82,10 +94,14 @@ class _Subscriber:
 class Summaries:
     """One poller shared by every open stream of a web process."""
 
-    def __init__(self, fetch: Callable[[], dict[str, Any]], interval: float = 0.5) -> None:
+    def __init__(self, fetch: Callable[[], dict[str, Any]], interval: float = MIN_INTERVAL,
+                 idle_interval: float = IDLE_INTERVAL, cost_factor: float = COST_FACTOR) -> None:
         self.fetch = fetch  # blocking; runs in a thread
         self.interval = max(MIN_INTERVAL, interval)
+        self.idle_interval = max(self.interval, idle_interval)
+        self.cost_factor = cost_factor
         self.frames = 0  # frames read from the database (for tests and measurements)
+        self.last_cost = 0.0  # seconds the last read took
         self._subscribers: set[_Subscriber] = set()
         self._task: asyncio.Task | None = None
         self._last: tuple[str, str] | None = None
@@ -93,9 +109,15 @@ class Summaries:
         self._seq = 0
 
     @classmethod
-    def for_database(cls, dsn: str, queries: Queries, interval: float = 0.5) -> "Summaries":
+    def for_database(cls, dsn: str, queries: Queries, interval: float = MIN_INTERVAL) -> "Summaries":
         source = top.Source(dsn, queries)
-        return cls(lambda: source.run(top.snapshot).to_dict(), interval)
+        summary = StreamSummary()
+        return cls(lambda: source.run(summary.read), interval)
+
+    def pause_after(self, changed: bool) -> float:
+        """Seconds until the next read: the busy or idle pace, stretched by the read's cost."""
+        pace = self.interval if changed else self.idle_interval
+        return min(MAX_INTERVAL, max(pace, self.cost_factor * self.last_cost))
 
     async def stream(self) -> AsyncIterator[str]:
         """SSE text for one client: the current frame first, then each changed one."""
@@ -126,30 +148,35 @@ class Summaries:
 
     async def _poll(self) -> None:
         while self._subscribers:
-            await self._tick()
-            await asyncio.sleep(self.interval)
+            changed = await self._tick()
+            await asyncio.sleep(self.pause_after(changed))
         self._last = self._last_key = None  # nobody listening: the next stream reads afresh
 
-    async def _tick(self) -> None:
+    async def _tick(self) -> bool:
+        """Read one frame and publish it if it changed; whether it did."""
+        started = time.monotonic()
         try:
             frame = await asyncio.to_thread(self.fetch)
         except JobrunError as exc:
             self._last_key = None
             self._publish("error", json.dumps({"error": str(exc)}))
-            return
+            return False
         except Exception as exc:  # the stream must outlive a bad frame; say what broke
             event(log, logging.ERROR, "web.events.frame_failed", error=repr(exc))
             self._publish("error", json.dumps({"error": f"could not read the queue state: {exc}"}))
-            return
+            return False
+        finally:
+            self.last_cost = time.monotonic() - started
         self.frames += 1
         key = _without_clock(frame)
         if key == self._last_key:
-            return
+            return False
         self._last_key = key
         self._seq += 1
         data = json.dumps({"seq": self._seq, **frame}, default=_plain, separators=(",", ":"))
         self._last = ("summary", data)
         self._publish("summary", data)
+        return True
 
     def _publish(self, kind: str, data: str) -> None:
         for sub in self._subscribers:
@@ -165,7 +192,7 @@ class Summaries:
             self._task = None
 
 
-def install(app: Any, dsn: str, queries: Queries, interval: float = 0.5) -> Summaries:
+def install(app: Any, dsn: str, queries: Queries, interval: float = MIN_INTERVAL) -> Summaries:
     """Add ``GET /api/v1/events`` to a FastAPI ``app``. The poller runs only while a stream is
     open, so it needs no shutdown hook: it ends with the last stream."""
     summaries = Summaries.for_database(dsn, queries, interval)

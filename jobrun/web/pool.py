@@ -33,6 +33,7 @@ class Database:
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         await conn.execute(self.q.web_session_utc)
+        await conn.execute(self.q.web_session_custom_plans)
 
     async def open(self) -> None:
         await self.pool.open(wait=False)

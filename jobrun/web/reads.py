@@ -17,10 +17,11 @@ from jobrun.sql import Queries
 
 OUTCOMES = ("succeeded", "failed", "retry", "timeout", "worker_lost", "lease_expired",
             "cancelled", "released")
-TASK_WINDOW = 3600.0  # seconds of finished attempts behind a task's rates and run times
-TASK_SAMPLE = 5000    # at most this many of those attempts (the latest)
+TASK_WINDOW = 3600.0  # seconds of finished jobs and attempts behind a task's figures
+TASK_SAMPLE = 2000    # at most this many of those jobs, and of those attempts (the newest)
 TASK_RECENT = 10      # recent jobs shown with one task
 MAX_PAGE = 100
+SCAN = 5_000          # jobs a list looks at, at most, before it answers with what it found
 
 
 def _one_of(values: Sequence[str], allowed: tuple[str, ...], what: str) -> list[str] | None:
@@ -38,8 +39,13 @@ def _page(limit: int) -> int:
 
 def list_jobs(q: Queries, *, statuses: Sequence[str] = (), queue: str | None = None,
               task: str | None = None, schedule: str | None = None, text: str | None = None,
-              limit: int = 50, cursor: str | None = None) -> Op:
-    """(jobs newest first, the cursor of the next page or None)."""
+              limit: int = 50, cursor: str | None = None, scan: int = SCAN) -> Op:
+    """(jobs newest first, the cursor of the next page or None, partial).
+
+    The walk looks at ``scan`` jobs at most (newest first, in the order of the index it walks:
+    the task's, the schedule's or the primary key). When it stops there before the page is
+    full, the page is *partial*: the cursor then continues below the last job it looked at,
+    and older matches may follow."""
     params = {
         "statuses": _one_of(statuses, ops.STATUSES, "status"),
         "queue": validate.queue_name(queue) if queue is not None else None,
@@ -47,9 +53,17 @@ def list_jobs(q: Queries, *, statuses: Sequence[str] = (), queue: str | None = N
         "schedule": validate.schedule_name(schedule) if schedule is not None else None,
         "q": _search_text(text), "limit": _page(limit), "before": _job_cursor(cursor),
     }
+    # Without a filter beyond the walked index's own, every row it reaches matches: the walk
+    # needs only the page (and the planner then picks a walk that stops there).
+    residual = (params["statuses"] or params["queue"] or params["q"]
+                or (params["task"] and params["schedule"]))
+    params["scan"] = scan = scan if residual else limit
     rows = yield Step(q.web_list_jobs, params)
-    jobs = [JobRecord.from_row(r) for r in rows]
-    return jobs, (str(jobs[-1].id) if len(jobs) == limit else None)
+    jobs = [JobRecord.from_row(r) for r in rows if r["id"] is not None]
+    if len(jobs) == limit:
+        return jobs, str(jobs[-1].id), False
+    stopped = rows[0]["walked_to"]  # None: the walk ran out before the page filled
+    return jobs, (str(stopped) if stopped is not None else None), stopped is not None
 
 
 def _search_text(text: str | None) -> str | None:
@@ -124,30 +138,47 @@ def queues(q: Queries) -> Op:
         "sample": top.WAIT_SAMPLE, "fail_window": top.FAIL_WINDOW}))
 
 
+def _since(rows: list[dict[str, Any]], count: str) -> datetime | None:
+    """The start of what a sample of the newest TASK_SAMPLE rows of the window covers: the
+    window's start, or the oldest row sampled when the sample was full."""
+    if not rows:
+        return None
+    if sum(r[count] for r in rows) < TASK_SAMPLE:
+        return rows[0]["window_start"]
+    return min(r["oldest"] for r in rows)
+
+
 def tasks(q: Queries, task: str | None = None) -> Op:
-    """Per task: jobs by status, and of the latest TASK_SAMPLE attempts that ended in the last
-    TASK_WINDOW s: how many, the share that succeeded, mean and p95 run time; which live
-    masters serve it."""
+    """Per task (all, or the one named): queued and leased jobs now; of the newest
+    TASK_SAMPLE jobs that finished in the last TASK_WINDOW s, how many succeeded, died, were
+    cancelled (``finished_since``: the oldest finished time those cover); of the newest
+    TASK_SAMPLE attempts that ended in that window, how many, the share that succeeded, mean
+    and p95 run time (``runs_since``); which live masters serve it. Every figure comes from a
+    bounded read: the partial indexes on queued and leased jobs, and a LIMITed walk down the
+    finished_at indexes; none counts the table's history."""
     if task is not None:
         validate.task_name(task)
-    counts = yield Step(q.web_task_counts, {"task": task})
-    runs = yield Step(q.web_task_runs, {"task": task, "window": TASK_WINDOW,
-                                        "sample": TASK_SAMPLE})
+    active = yield Step(q.web_task_active, {})
+    finished = yield Step(q.web_task_finished, {"window": TASK_WINDOW, "sample": TASK_SAMPLE})
+    runs = yield Step(q.web_task_runs, {"window": TASK_WINDOW, "sample": TASK_SAMPLE})
     masters = yield from workers(q)
+    finished_since, runs_since = _since(finished, "n"), _since(runs, "runs")
     out: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
         return out.setdefault(name, {
             "task": name, "counts": {s: 0 for s in ops.STATUSES}, "window_seconds": TASK_WINDOW,
-            "runs": 0, "success_rate": None, "mean_run_seconds": None, "p95_run_seconds": None,
+            "finished_since": finished_since, "runs": 0, "success_rate": None,
+            "mean_run_seconds": None, "p95_run_seconds": None, "runs_since": runs_since,
             "served_by": [m["owner"] for m in masters if name in (m["tasks"] or ())]})
 
-    for r in counts:
-        entry(r["task"])["counts"][r["status"]] = r["n"]
+    for r in active + finished:
+        if task is None or r["task"] == task:
+            entry(r["task"])["counts"][r["status"]] = r["n"]
     for r in runs:
-        e = entry(r["task"])
-        e.update(runs=r["runs"], success_rate=r["succeeded"] / r["runs"],
-                 mean_run_seconds=r["mean_run"], p95_run_seconds=r["p95_run"])
+        if task is None or r["task"] == task:
+            entry(r["task"]).update(runs=r["runs"], success_rate=r["succeeded"] / r["runs"],
+                                    mean_run_seconds=r["mean_run"], p95_run_seconds=r["p95_run"])
     for m in masters:
         for name in m["tasks"] or ():
             if task is None or name == task:
@@ -159,6 +190,6 @@ def task_detail(q: Queries, task: str) -> Op:
     found = yield from tasks(q, task)
     if not found:
         raise NotFound(f"no task {task!r}: no jobs and no live master serves it")
-    recent, _ = yield from list_jobs(q, task=task, limit=TASK_RECENT)
+    recent, _, _ = yield from list_jobs(q, task=task, limit=TASK_RECENT)
     return {**found[0], "recent_jobs": recent}
 

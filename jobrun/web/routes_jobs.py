@@ -122,12 +122,15 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
     cursor: Annotated[Optional[str], Query(description="next_cursor of the previous page")] = None,
 ):
-    """Jobs newest first: {"jobs": [...], "next_cursor": str | null}."""
+    """Jobs newest first: {"jobs": [...], "next_cursor": str | null, "partial": bool}.
+    A request looks at no more than 5,000 jobs; "partial": true means it stopped there with
+    fewer matches than `limit`: older matches may follow next_cursor."""
     d = db(request)
-    jobs, following = await d.run(reads.list_jobs(
+    jobs, following, partial = await d.run(reads.list_jobs(
         d.q, statuses=status, queue=queue, task=task, schedule=schedule, text=q, limit=limit,
         cursor=cursor))
-    return reply({"jobs": [j.to_dict() for j in jobs], "next_cursor": following})
+    return reply({"jobs": [j.to_dict() for j in jobs], "next_cursor": following,
+                  "partial": partial})
 
 
 @router.get("/jobs/{job_id}", response_model=JobRecord, responses=responses(*READ, "not_found"))

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
+from hypothesis import given, strategies as st
 
 pytest.importorskip("starlette")
 
 from jobrun.errors import DatabaseUnavailable
-from jobrun.web.events import MIN_INTERVAL, Summaries
+from jobrun.web.events import MAX_INTERVAL, MIN_INTERVAL, Summaries
+from jobrun.web.summary import percentiles
 
 
 def _frame(depth: int, at: str = "t") -> dict:
@@ -87,3 +90,44 @@ def test_a_database_error_is_an_error_event_and_frames_resume_after_it():
         await stream.aclose()
         await s.close()
     asyncio.run(main())
+
+
+def test_the_pace_is_busy_idle_or_stretched_by_the_read_s_cost():
+    s = Summaries(lambda: {}, interval=MIN_INTERVAL, idle_interval=1.0, cost_factor=20)
+    s.last_cost = 0.001
+    assert s.pause_after(changed=True) == MIN_INTERVAL  # at most one summary per 250 ms
+    assert s.pause_after(changed=False) == 1.0
+    s.last_cost = 0.05  # a 50 ms read waits a second whatever happened
+    assert s.pause_after(changed=True) == pytest.approx(1.0)
+    s.last_cost = 10.0
+    assert s.pause_after(changed=True) == MAX_INTERVAL
+
+
+def test_the_poller_measures_each_read_and_slows_after_a_slow_one():
+    async def main():
+        def fetch():
+            time.sleep(0.03)  # stands in for a slow database read
+            return _frame(1)
+
+        s = Summaries(fetch, interval=MIN_INTERVAL, cost_factor=20)
+        stream = s.stream()
+        await _next(stream)
+        assert s.last_cost >= 0.03 and s.pause_after(True) >= 0.6
+        await stream.aclose()
+        await s.close()
+    asyncio.run(main())
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=200))
+def test_percentiles_interpolate_between_closest_ranks(values):
+    p50, p95 = percentiles(values)
+    ordered = sorted(values)
+
+    def cont(p):  # PostgreSQL's percentile_cont
+        rank = p * (len(ordered) - 1)
+        low = int(rank)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+    assert p50 == pytest.approx(cont(0.5)) and p95 == pytest.approx(cont(0.95))
+    assert p50 <= p95 or p50 == pytest.approx(p95)

@@ -45,8 +45,9 @@ export async function render({ root, route }) {
       if (disposed) return;
       const jobs = rows(data, "jobs");
       const next = data?.next_cursor ?? data?.next ?? null;
+      const partial = data?.partial === true;  // the server stopped looking before the page filled
       const filtered = FILTERS.some((k) => p[k]);
-      const key = JSON.stringify([jobs, next]);
+      const key = JSON.stringify([jobs, next, partial]);
       if (key === shown) return;
       shown = key;
       const selected = list.querySelector("tr.selected")?.dataset.href;
@@ -62,9 +63,11 @@ export async function render({ root, route }) {
           { label: "error", narrow: true, cell: (j) => firstLine(j.last_error ?? j.error ?? "") },
         ], jobs, {
           rowLink: (j) => `#/jobs/${j.id}`,
-          empty: filtered ? empty("No job matches these filters.", "Clear a filter, or check the queue and task names.")
+          empty: partial ? empty("No match among the jobs looked at so far.", "Each request looks at up to 5,000 jobs; follow “older »” to keep looking.")
+            : filtered ? empty("No job matches these filters.", "Clear a filter, or check the queue and task names.")
             : empty("No jobs yet.", "Enqueue one: jobrun enqueue TASK '{\"some\": \"payload\"}' --queue default"),
         }),
+        partial && jobs.length ? h("p", { class: "legend", id: "partial-page" }, "Fewer than a page: this request stopped after looking at 5,000 jobs. Older matches may follow.") : null,
         h("div", { class: "pager" },
           p.cursor ? h("a", { href: `#/jobs${query({ ...p, cursor: "" })}` }, "« newest") : null,
           next !== null && next !== undefined ? h("a", { href: `#/jobs${query({ ...p, cursor: next })}`, id: "next-page" }, "older »") : null));

@@ -28,12 +28,14 @@ export function render({ root, frame }) {
     const busy = masters.reduce((a, m) => a + m.busy, 0);
     const total = masters.reduce((a, m) => a + m.concurrency, 0);
     const sum = (k) => queues.reduce((a, q) => a + (q[k] || 0), 0);
+    // The rates cover the stream's reads of the last 60 s (less while the stream is young).
+    const over = f.rate_seconds ? `${Math.round(f.rate_seconds)} s` : "60 s";
     const cards = h("div", { class: "grid", id: "totals" },
       card("queued", num(sum("queued")), "runnable now"),
       card("scheduled", num(sum("scheduled")), "waiting for run_at"),
       card("leased", num(sum("leased")), "running or claimed"),
-      card("in/s", num(sum("enqueued_per_s"), 1), "enqueued, 60 s"),
-      card("done/s", num(sum("done_per_s"), 1), "finished, 60 s"),
+      card("in/s", num(sum("enqueued_per_s"), 1), `enqueued, ${over}`),
+      card("done/s", num(sum("done_per_s"), 1), `finished, ${over}`),
       card("children", `${busy}/${total}`, `busy/total in ${masters.length} master${masters.length === 1 ? "" : "s"}`));
     const noMasters = masters.length ? null : h("div", { class: "state empty", id: "no-masters" },
       h("strong", {}, "No master is running."),

@@ -13,7 +13,7 @@ function normalise(t) {
 
 export async function render({ root }) {
   const body = h("div", { id: "tasks-body" }, loading());
-  replace(root, h("h1", {}, "Tasks"), h("p", { class: "legend" }, "Attempts that finished in the last hour."), body);
+  replace(root, h("h1", {}, "Tasks"), h("p", { class: "legend" }, "Attempts: the newest 2,000 that ended in the last hour. Jobs: queued and leased now; succeeded, dead and cancelled among the newest 2,000 that finished in the last hour."), body);
   let disposed = false;
   let inflight = false;
   async function load() {
@@ -28,7 +28,7 @@ export async function render({ root }) {
         { label: "succeeded", num: true, cell: (t) => num(t.succeeded) },
         { label: "failed", num: true, cell: (t) => (t.failed ? h("span", { class: "err" }, num(t.failed)) : "0") },
         { label: "success", num: true, cell: (t) => (t.attempts ? `${num((100 * t.succeeded) / t.attempts, 1)} %` : "–") },
-        { label: "jobs now", narrow: true, cell: (t) => (t.counts ? Object.entries(t.counts).filter(([, n]) => n).map(([s, n]) => `${s} ${n}`).join(", ") || "none" : "–") },
+        { label: "jobs", narrow: true, cell: (t) => (t.counts ? Object.entries(t.counts).filter(([, n]) => n).map(([s, n]) => `${s} ${n}`).join(", ") || "none" : "–") },
         { label: "served by", num: true, narrow: true, cell: (t) => (t.served_by ? t.served_by.length : "–") },
         { label: "run mean", num: true, narrow: true, cell: (t) => duration(t.run_p50) },
         { label: "run p95", num: true, narrow: true, cell: (t) => duration(t.run_p95) },
