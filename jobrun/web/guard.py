@@ -104,10 +104,12 @@ class Guard:
     async def _bounded(self, scope: Scope, receive: Receive):
         """Read the whole body, up to the limit; replay it to the app."""
         limit = self.policy.path_limits.get(scope["path"], self.policy.body_limit)
-        too_large = error_response("payload_too_large", f"the request body is over {limit} bytes")
+
+        def too_large():
+            return error_response("payload_too_large", f"the request body is over {limit} bytes")
         length = _header(scope, b"content-length")
         if length is not None and (not length.isdigit() or int(length) > DRAIN_MAX):
-            return receive, too_large
+            return receive, too_large()
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -116,13 +118,13 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > DRAIN_MAX:
-                return receive, too_large
+                return receive, too_large()
             if size <= limit:
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         if size > limit:
-            return receive, too_large
+            return receive, too_large()
         body = b"".join(chunks)
         if body:
             try:
