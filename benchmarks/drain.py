@@ -65,8 +65,8 @@ def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: 
     bench.pgss_reset()
     wait_quiet(args.quiet_below, args.patience)
 
-    masters = [bench.start_master(schema, concurrency // args.masters)
-               for _ in range(args.masters)]
+    count = getattr(args, "masters", 1)  # other benchmarks call run_once with their own args
+    masters = [bench.start_master(schema, concurrency // count) for _ in range(count)]
     master = masters[0]
     polls = 0
     try:
