@@ -36,6 +36,7 @@ class JobRecord:
     finished_at: datetime | None = None
     schedule_id: int | None = None  # the schedule that made the job
     version: int = 0  # bumped by every change of the row (optimistic concurrency)
+    concurrency_key: str | None = None  # at most the queue's key_concurrency run at once
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "JobRecord":
@@ -88,6 +89,7 @@ class JobSpec:
     delay: float | str | None = None
     max_attempts: int | None = None
     idempotency_key: str | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
