@@ -1,3 +1,3 @@
--- 0008 is another change's number (the versions must run without gaps); this placeholder
--- changes nothing and gives way to it.
+-- 0008 reserved: another change's number (versions run without gaps). This placeholder
+-- changes nothing in {schema} and gives way to that migration when both are merged.
 SELECT 1;

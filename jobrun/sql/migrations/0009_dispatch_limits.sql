@@ -180,15 +180,19 @@ BEGIN
     WITH src AS MATERIALIZED (
         -- Priority and max_attempts not given: the queue's priority_default and max_attempts.
         SELECT u.ord, nextval(seq) AS id, u.task, coalesce(u.payload, 'null'::jsonb) AS payload,
-               k.name AS queue, coalesce(u.priority, k.priority_default) AS priority,
+               -- (Looked up per row, not joined: ids are drawn in input order.)
+               coalesce(u.queue, 'default') AS queue,
+               coalesce(u.priority, (SELECT k.priority_default FROM {schema}.queues k
+                                      WHERE k.name = coalesce(u.queue, 'default'))) AS priority,
                coalesce(u.run_at, now()) AS run_at,
-               coalesce(u.max_attempts, k.max_attempts, 5) AS max_attempts,
+               coalesce(u.max_attempts, (SELECT k.max_attempts FROM {schema}.queues k
+                                          WHERE k.name = coalesce(u.queue, 'default')), 5)
+                   AS max_attempts,
                u.ikey, u.tp, u.ckey
           FROM unnest(tasks, payloads, queues, priorities, run_ats, attempt_limits,
                       idempotency_keys, traceparents, concurrency_keys)
                WITH ORDINALITY AS u(task, payload, queue, priority, run_at, max_attempts, ikey, tp,
                                     ckey, ord)
-          JOIN {schema}.queues k ON k.name = coalesce(u.queue, 'default')
     ), ins AS (
         INSERT INTO {schema}.jobs AS j
                (id, queue, task, payload, priority, run_at, max_attempts, idempotency_key,
