@@ -287,9 +287,9 @@ WITH q AS (
                             WHERE w.at > now() - q.rate_period - interval '1 minute'
                             ORDER BY w.at) || t.started::integer END
       FROM (SELECT u.queue, count(*) FILTER (WHERE u.counted) AS counted, count(*) AS started
-              FROM upd u GROUP BY u.queue) t
+              FROM upd u WHERE u.queue IN (SELECT queue FROM lim) GROUP BY u.queue) t
       JOIN q ON q.name = t.queue
-     WHERE c.queue = t.queue AND c.queue IN (SELECT queue FROM lim)
+     WHERE c.queue = t.queue
 ), held AS (
     SELECT m.name AS queue, m.reason, CASE WHEN m.reason = 'rate' THEN m.rate_retry END AS retry
       FROM room m
