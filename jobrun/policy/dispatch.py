@@ -18,6 +18,7 @@ and so the master can size its own part (``rooms``). docs/dispatch.md explains t
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from jobrun import validate
@@ -96,16 +97,45 @@ def next_turn(turn: int, nqueues: int) -> int:
     return (turn + 1) % max(1, nqueues)
 
 
-def rate_room(window: Iterable[tuple[float, int]], now: float, period: float, limit: int
-              ) -> tuple[int, float]:
-    """Starts a claim at ``now`` may add, and seconds until a start leaves the window, from
-    the recorded (time, count) of earlier claims (any order; times may even be later than
-    ``now``: a claim that began before another may take the lock after it).
+BUCKETS = 50  # a rate window keeps its starts in buckets of a fiftieth of the period
 
-    Counting every start after ``now - period`` (later ones too) keeps every window of length
-    ``period`` at or under ``limit``: the last claim recorded in any window saw every earlier
-    claim of that window, since all of them are after its own time minus the period."""
+
+def rate_margin(period: float) -> float:
+    return min(1.0, period)
+
+
+def rate_bucket(now: float, period: float) -> float:
+    """The time a claim at ``now`` records its starts at: the end of its bucket (at or after
+    ``now``), so a start counts a little longer than a period, never shorter."""
+    size = period / BUCKETS
+    return max(now, math.ceil(now / size) * size)
+
+
+def rate_room(window: Iterable[tuple[float, int]], now: float, period: float, limit: int,
+              last: float = -math.inf) -> tuple[int, float]:
+    """Starts a claim at ``now`` may add, and seconds until a start leaves the window, from
+    the recorded (bucket time, count) of earlier claims, ``last`` the latest clock of those.
+
+    Counting every start after ``now - period`` (later ones too: a claim that began before
+    another may take the lock after it) keeps every window of length ``period`` at or under
+    ``limit``: the last claim recorded in any window saw every earlier claim of that window,
+    since all of them are after its own time minus the period. Buckets move starts later,
+    which only counts them longer. A claim whose clock is more than the margin behind
+    ``last`` may have missed starts trimmed since (``rate_record``): it adds none."""
+    if now < last - rate_margin(period):
+        return 0, 0.05
     inside = [(at, n) for at, n in window if at > now - period]
     used = sum(n for _, n in inside)
     retry = (min(at for at, _ in inside) + period - now) if inside else period
     return max(0, limit - used), max(0.0, retry)
+
+
+def rate_record(window: Iterable[tuple[float, int]], now: float, period: float, started: int
+                ) -> list[tuple[float, int]]:
+    """The window after a claim at ``now`` started ``started`` jobs: its bucket added, and
+    buckets older than a period plus the margin dropped."""
+    merged: dict[float, int] = {}
+    for at, n in [*window, (rate_bucket(now, period), started)]:
+        if at > now - period - rate_margin(period):
+            merged[at] = merged.get(at, 0) + n
+    return sorted(merged.items())

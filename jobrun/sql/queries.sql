@@ -194,12 +194,18 @@ SELECT now() AS now, clock_timestamp() AS clock
 -- name: claim_jobs
 -- Lease up to `limit` runnable jobs of unpaused queues within their limits, ordered by `order`: bump attempts and the fencing token; plus a row per queue held back.
 WITH q AS (
-    SELECT k.name, u.pos, u.room, k.concurrency, k.rate_limit, k.rate_period, k.key_concurrency
+    SELECT k.name, u.pos, u.room, k.concurrency, k.rate_limit, k.rate_period, k.key_concurrency,
+           -- The rate window's bucket for this claim's starts (a fiftieth of the period, the
+           -- time rounded up: a start counts a little long, never too short) and its margin.
+           greatest(now(), to_timestamp(ceil(extract(epoch FROM now()) * 50
+                                             / extract(epoch FROM k.rate_period))
+                                        * extract(epoch FROM k.rate_period) / 50)) AS rate_bucket,
+           least(interval '1 second', k.rate_period) AS rate_margin
       FROM unnest(%(queues)s::text[], %(rooms)s::integer[]) WITH ORDINALITY AS u(name, room, pos)
       JOIN {schema}.queues k ON k.name = u.name
      WHERE NOT k.paused
 ), lim AS MATERIALIZED (
-    SELECT c.queue, c.taken, c.starts_at, c.starts_n FROM {schema}.queue_claims c
+    SELECT c.queue, c.taken, c.starts_at, c.starts_n, c.last_claim_at FROM {schema}.queue_claims c
      WHERE c.queue IN (SELECT name FROM q WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL)
      ORDER BY c.queue
        FOR UPDATE
@@ -207,14 +213,18 @@ WITH q AS (
     SELECT l.queue,
            CASE WHEN q.concurrency IS NOT NULL
                 THEN greatest(0, q.concurrency - (l.taken - r.freed))::integer END AS conc_left,
-           CASE WHEN q.rate_limit IS NOT NULL
-                THEN greatest(0, q.rate_limit - coalesce(
+           -- A claim whose clock is a margin behind the latest one's may have missed starts
+           -- the latter trimmed: it starts nothing, and tries again shortly.
+           CASE WHEN q.rate_limit IS NULL THEN NULL
+                WHEN now() < l.last_claim_at - q.rate_margin THEN 0
+                ELSE greatest(0, q.rate_limit - coalesce(
                          (SELECT sum(w.n) FROM unnest(l.starts_at, l.starts_n) AS w(at, n)
                            WHERE w.at > now() - q.rate_period), 0))::integer END AS rate_left,
-           extract(epoch FROM coalesce(
-               (SELECT min(w.at) FROM unnest(l.starts_at) AS w(at)
-                 WHERE w.at > now() - q.rate_period), now()) + q.rate_period - now())::float8
-               AS rate_retry
+           CASE WHEN now() < l.last_claim_at - q.rate_margin THEN 0.05
+                ELSE extract(epoch FROM coalesce(
+                         (SELECT min(w.at) FROM unnest(l.starts_at) AS w(at)
+                           WHERE w.at > now() - q.rate_period), now())
+                         + q.rate_period - now())::float8 END AS rate_retry
       FROM lim l JOIN q ON q.name = l.queue
       JOIN {schema}.queue_releases r ON r.queue = l.queue
 ), room AS (
@@ -278,14 +288,19 @@ WITH q AS (
 ), took AS (
     UPDATE {schema}.queue_claims c
        SET taken = c.taken + t.counted,
+           -- The window: earlier buckets and this claim's, trimmed a margin beyond a period.
            starts_at = CASE WHEN q.rate_limit IS NULL THEN '{{}}' ELSE ARRAY(
-                           SELECT w.at FROM unnest(c.starts_at) AS w(at)
-                            WHERE w.at > now() - q.rate_period - interval '1 minute'
-                            ORDER BY w.at) || now() END,
+                           SELECT w.at FROM (SELECT o.at, o.n FROM unnest(c.starts_at, c.starts_n) AS o(at, n)
+                                             UNION ALL SELECT q.rate_bucket, t.started) w
+                            WHERE w.at > now() - q.rate_period - q.rate_margin
+                            GROUP BY w.at ORDER BY w.at) END,
            starts_n = CASE WHEN q.rate_limit IS NULL THEN '{{}}' ELSE ARRAY(
-                           SELECT w.n FROM unnest(c.starts_at, c.starts_n) AS w(at, n)
-                            WHERE w.at > now() - q.rate_period - interval '1 minute'
-                            ORDER BY w.at) || t.started::integer END
+                           SELECT sum(w.n)::integer
+                             FROM (SELECT o.at, o.n FROM unnest(c.starts_at, c.starts_n) AS o(at, n)
+                                   UNION ALL SELECT q.rate_bucket, t.started) w
+                            WHERE w.at > now() - q.rate_period - q.rate_margin
+                            GROUP BY w.at ORDER BY w.at) END,
+           last_claim_at = greatest(c.last_claim_at, now())
       FROM (SELECT u.queue, count(*) FILTER (WHERE u.counted) AS counted, count(*) AS started
               FROM upd u WHERE u.queue IN (SELECT queue FROM lim) GROUP BY u.queue) t
       JOIN q ON q.name = t.queue

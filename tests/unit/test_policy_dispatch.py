@@ -102,25 +102,34 @@ def test_rooms(limits, held):
             assert room is None
 
 
-@settings(max_examples=300)
+@settings(max_examples=400)
 @given(st.lists(st.tuples(st.floats(0, 20, allow_nan=False), st.integers(1, 6)), max_size=40),
-       st.floats(0.5, 5, allow_nan=False), st.integers(1, 10))
+       st.floats(0.05, 5, allow_nan=False), st.integers(1, 10))
 def test_rate_window_holds_for_every_window(claims, period, limit):
-    """Claims arrive in any order of their times (a claim that began earlier may take the
-    lock later); each takes what rate_room allows. No half-open window [t, t + period) ever
-    holds more than the limit starts."""
+    """Claims arrive in any order of their clocks (a claim that began earlier may take the
+    lock later); each takes what rate_room allows and records it with rate_record, as the
+    claim statement does. No half-open window [t, t + period) of the true start times ever
+    holds more than the limit."""
     window: list[tuple[float, int]] = []
+    last = float("-inf")
+    starts: list[tuple[float, int]] = []
     for at, wanted in claims:
-        room, retry = dispatch.rate_room(window, at, period, limit)
-        assert retry >= 0  # (beyond a period when a later-timed claim is in the window)
-        if min(room, wanted):
-            window.append((at, min(room, wanted)))
-    for start, _ in window:
-        inside = sum(n for at, n in window if start <= at < start + period)
+        room, retry = dispatch.rate_room(window, at, period, limit, last)
+        assert retry >= 0
+        took = min(room, wanted)
+        if took:
+            starts.append((at, took))
+            window = dispatch.rate_record(window, at, period, took)
+            last = max(last, at)
+    for start, _ in starts:
+        inside = sum(n for at, n in starts if start <= at < start + period)
         assert inside <= limit
+    assert len(window) <= 2 * dispatch.BUCKETS + 2
 
 
 def test_rate_window_says_when_a_start_comes_back():
     assert dispatch.rate_room([(10.0, 3), (10.5, 2)], 10.9, 1.0, 5) == (0, pytest.approx(0.1))
     assert dispatch.rate_room([(10.0, 3), (10.5, 2)], 11.0, 1.0, 5) == (3, pytest.approx(0.5))
     assert dispatch.rate_room([], 3.0, 2.0, 4) == (4, 2.0)
+    assert dispatch.rate_room([], 3.0, 2.0, 4, last=4.5)[0] == 0  # a clock far behind
+    assert dispatch.rate_bucket(10.001, 1.0) == pytest.approx(10.02)

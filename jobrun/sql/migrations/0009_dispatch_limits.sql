@@ -17,13 +17,16 @@ ALTER TABLE {schema}.jobs ADD COLUMN counted boolean NOT NULL DEFAULT false;
 
 -- Per queue, written by claims of a limited queue (under this row's lock):
 --   taken              counted leases ever taken
---   starts_at/starts_n the sliding rate window: each claim's time (its jobs' started_at) and
---                      how many jobs it started, kept one period (plus a margin) back
+--   starts_at/starts_n the sliding rate window: starts per bucket of a fiftieth of the period
+--                      (a bucket's time is its end, at or after its starts' started_at), kept
+--                      one period plus a margin back: at most about a hundred entries
+--   last_claim_at      the latest clock of a claim that started jobs (the margin's guard)
 CREATE TABLE {schema}.queue_claims (
-    queue     text PRIMARY KEY REFERENCES {schema}.queues (name) ON DELETE CASCADE,
-    taken     bigint NOT NULL DEFAULT 0,
-    starts_at timestamptz[] NOT NULL DEFAULT '{{}}',
-    starts_n  integer[] NOT NULL DEFAULT '{{}}'
+    queue         text PRIMARY KEY REFERENCES {schema}.queues (name) ON DELETE CASCADE,
+    taken         bigint NOT NULL DEFAULT 0,
+    starts_at     timestamptz[] NOT NULL DEFAULT '{{}}',
+    starts_n      integer[] NOT NULL DEFAULT '{{}}',
+    last_claim_at timestamptz NOT NULL DEFAULT '-infinity'
 ) WITH (fillfactor = 50);
 
 -- Per queue, written by releases of counted leases (completion, reaper, give-back):
