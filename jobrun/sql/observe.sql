@@ -54,6 +54,13 @@ WITH queued AS (
              ORDER BY finished_at DESC
              LIMIT %(sample)s) s
      GROUP BY queue
+), held AS (
+    -- Claims the limits held back, summed over the masters' registry rows, by reason.
+    SELECT h.queue, string_agg(h.reason || ' ' || h.n, ', ' ORDER BY h.reason) AS held
+      FROM (SELECT q.key AS queue, r.key AS reason, sum(r.value::bigint) AS n
+              FROM {schema}.workers w, jsonb_each(w.held) q, jsonb_each_text(q.value) r
+             GROUP BY q.key, r.key) h
+     GROUP BY h.queue
 ), failures AS (
     SELECT j.queue, count(*) AS n
       FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
@@ -61,7 +68,8 @@ WITH queued AS (
        AND a.outcome IN ('failed', 'timeout', 'worker_lost', 'lease_expired')
      GROUP BY j.queue
 )
-SELECT k.name AS queue, k.paused, k.concurrency,
+SELECT k.name AS queue, k.paused, k.concurrency, k.rate_limit,
+       extract(epoch FROM k.rate_period)::float8 AS rate_period, k.key_concurrency, h.held,
        coalesce(q.queued, 0) AS queued, coalesce(q.scheduled, 0) AS scheduled,
        coalesce(l.leased, 0) AS leased,
        extract(epoch FROM now() - q.oldest_runnable)::float8 AS oldest_age,
@@ -75,6 +83,7 @@ SELECT k.name AS queue, k.paused, k.concurrency,
   LEFT JOIN finished f ON f.queue = k.name
   LEFT JOIN waits w ON w.queue = k.name
   LEFT JOIN failures x ON x.queue = k.name
+  LEFT JOIN held h ON h.queue = k.name
  ORDER BY k.name
 
 -- name: observe_latest_failures

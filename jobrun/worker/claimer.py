@@ -43,7 +43,8 @@ class Claimer(Service):
 
     def __init__(self, dsn: str, queries: Queries, owner: str, settings: Settings,
                  dispatcher: Dispatcher, metrics: Metrics,
-                 on_db_ok: Callable[[], None]) -> None:
+                 on_db_ok: Callable[[], None],
+                 unwritten: Callable[[], list[Any]] = list) -> None:
         super().__init__()
         self.dsn = dsn
         self.q = queries
@@ -52,6 +53,7 @@ class Claimer(Service):
         self.dispatcher = dispatcher
         self.metrics = metrics
         self.on_db_ok = on_db_ok
+        self.unwritten = unwritten  # outcomes not yet written (their jobs are still leased)
         self.conn: psycopg.AsyncConnection | None = None
         self.wake_event = asyncio.Event()
         self.claimed = 0
@@ -60,9 +62,11 @@ class Claimer(Service):
         self._last_claim = 0.0
         self._waits: dict[str, Any] = {}
         self._unclaims: set[asyncio.Task] = set()
+        self._returning: dict[asyncio.Task, list[str]] = {}  # give-backs in flight: queues
         self._turn = 0  # round_robin: the queue that goes first in the next claim
         self._rate_wake: asyncio.TimerHandle | None = None
         self._held: dict[tuple[str, str], Any] = {}
+        self.held: dict[str, dict[str, int]] = {}  # claims held back: queue -> reason -> count
 
     async def connect(self) -> None:
         """Open the claim connection, and warn if this host's clock is off the database's."""
@@ -170,12 +174,18 @@ class Claimer(Service):
     # --- limits (docs/dispatch.md) ---------------------------------------------------------
 
     def _held_by_queue(self) -> dict[str, int]:
-        """This master's leased jobs per queue: running in a child or waiting in one."""
+        """This master's leased jobs per queue: running in a child or waiting in one, or
+        finished with the outcome not yet written."""
         held: dict[str, int] = {}
         for child in self.dispatcher.supervisor.alive():
             for job in (child.job, *child.queued):
                 if job is not None:
                     held[job.queue] = held.get(job.queue, 0) + 1
+        for done in self.unwritten():
+            held[done.queue] = held.get(done.queue, 0) + 1
+        for queues in self._returning.values():
+            for queue in queues:
+                held[queue] = held.get(queue, 0) + 1
         return held
 
     def _count_held(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
@@ -194,6 +204,8 @@ class Claimer(Service):
             if counter is None:
                 counter = self._held[key] = self.metrics.held_back.labels(*key)
             counter.inc()
+            by_reason = self.held.setdefault(row["queue"], {})
+            by_reason[row["held"]] = by_reason.get(row["held"], 0) + 1
             mine = mine or row["held"] == "master_limit"
             if row["retry"] is not None:
                 self._wake_at(row["retry"])
@@ -319,7 +331,9 @@ class Claimer(Service):
         """Give back, in the background, claimed jobs no child will start."""
         task = asyncio.get_running_loop().create_task(self.unclaim(rows))
         self._unclaims.add(task)
+        self._returning[task] = [row["queue"] for row in rows]  # leased until given back
         task.add_done_callback(self._unclaims.discard)
+        task.add_done_callback(self._returning.pop)
 
     async def given_back(self, timeout: float) -> None:
         """Wait for give-backs in flight."""

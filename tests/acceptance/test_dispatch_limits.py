@@ -5,6 +5,7 @@ update would, and announced with the existing queue_notify query."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,9 @@ from psycopg import sql
 
 from jobrun.sql import for_schema
 from jobrun.testing import wait_for
+from jobrun.admin import top
 from tests.dbview import Db, enqueue
+from tests.masterproc import http_get, metrics_url
 
 pytestmark = pytest.mark.acceptance
 
@@ -124,14 +127,25 @@ def test_pause_resume_and_limit_changes_take_effect_mid_load(master, client, db)
     assert max(samples) <= 2
 
 
-def test_a_masters_own_queue_limit(master, client, db):
-    set_queue(db, "emails")
-    emails = enqueue(client, [("sleep", 0.03)] * 60, queue="emails")
-    other = enqueue(client, [("sleep", 0.03)] * 20)
-    m = master("-c", "6", "-Q", "emails=4,default")
+def test_a_masters_own_queue_limit_and_what_it_reports(master, client, db, pg_dsn):
+    set_queue(db, "emails", concurrency=50)  # a cluster-wide limit that never binds here
+    m = master("-c", "6", "-Q", "emails=4,default", "--metrics-addr", "127.0.0.1:0")
     m.wait_ready(6)
+    emails = enqueue(client, [("sleep", 0.05)] * 100, queue="emails")
+    other = enqueue(client, [("sleep", 0.05)] * 20)
     samples = sample_until_done(db, "queue = 'emails'", emails + other)
     assert max(samples) == 4
+    url = metrics_url(m) + "/metrics"
+    body = wait_for(lambda: (lambda b: 'limit="concurrency"' in b and b)(http_get(url)[1]),
+                    timeout=30, message="the queue limit gauge")
+    assert 'jobrun_queue_limit{limit="concurrency",queue="emails"} 50.0' in body
+    held = re.search(r'jobrun_claim_held_back_total\{queue="emails",reason="master_limit"\} (\d+)', body)
+    assert held and int(held.group(1)) > 0, body
+    # jobrun top reads the same from the database: the limit, and the claims held back.
+    views = {v.queue: v for v in wait_for(
+        lambda: (lambda vs: vs if any(v.held for v in vs) else None)(top.queues(
+            db.conn, for_schema(db.schema))), timeout=30, message="held counts in the registry")}
+    assert views["emails"].limits == "c=50" and views["emails"].held.startswith("master_limit ")
 
 
 def test_round_robin_gives_each_queue_turns(master, client, db):

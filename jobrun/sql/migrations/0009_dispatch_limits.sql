@@ -47,6 +47,10 @@ CREATE TABLE {schema}.key_leases (
     PRIMARY KEY (queue, key, slot)
 );
 
+-- Claims each master's limits held back since it started (by queue, then reason): `jobrun
+-- top` sums the live masters' rows.
+ALTER TABLE {schema}.workers ADD COLUMN held jsonb NOT NULL DEFAULT '{{}}';
+
 INSERT INTO {schema}.queue_claims (queue) SELECT name FROM {schema}.queues;
 INSERT INTO {schema}.queue_releases (queue) SELECT name FROM {schema}.queues;
 
