@@ -56,16 +56,21 @@ WITH undeclared AS (
 ), ins AS (
     INSERT INTO {schema}.jobs (id, queue, task, payload, priority, run_at, max_attempts, traceparent,
                               concurrency_key)
-    SELECT u.id, k.name, u.task, u.payload::jsonb,
-           coalesce(u.priority, %(priority)s::integer, k.priority_default),
+    -- Priority and max_attempts not given: the queue's defaults (read once for the call's
+    -- queue; per row only for items naming their own).
+    SELECT u.id, coalesce(u.queue, %(queue)s::text), u.task, u.payload::jsonb,
+           coalesce(u.priority, %(priority)s::integer, CASE WHEN u.queue IS NULL
+               THEN (SELECT k.priority_default FROM {schema}.queues k WHERE k.name = %(queue)s)
+               ELSE (SELECT k.priority_default FROM {schema}.queues k WHERE k.name = u.queue) END),
            coalesce(u.run_at, %(run_at)s::timestamptz, now()),
-           coalesce(u.max_attempts, %(max_attempts)s::integer, k.max_attempts, 5),
+           coalesce(u.max_attempts, %(max_attempts)s::integer, CASE WHEN u.queue IS NULL
+               THEN (SELECT k.max_attempts FROM {schema}.queues k WHERE k.name = %(queue)s)
+               ELSE (SELECT k.max_attempts FROM {schema}.queues k WHERE k.name = u.queue) END, 5),
            %(traceparent)s::text, u.ckey
       FROM ids, unnest(ids.ids, %(tasks)b::text[], %(payloads)b::text[], %(queues)b::text[],
                        %(priorities)b::integer[], %(run_ats)b::timestamptz[],
                        %(attempt_limits)b::integer[], %(concurrency_keys)b::text[])
            AS u(id, task, payload, queue, priority, run_at, max_attempts, ckey)
-      JOIN {schema}.queues k ON k.name = coalesce(u.queue, %(queue)s::text)
 )
 SELECT (SELECT name FROM undeclared) AS undeclared, (SELECT ids FROM ids) AS ids
 
