@@ -276,6 +276,7 @@ WITH q AS (
              WHERE NOT EXISTS (SELECT FROM {schema}.key_leases kl
                                 WHERE kl.queue = k.queue AND kl.key = k.key AND kl.slot = g.slot)
              ORDER BY g.slot OFFSET k.krank - 1 LIMIT 1) s
+     ORDER BY k.queue, k.key, s.slot  -- one order for all masters: racing inserts cannot deadlock
     ON CONFLICT DO NOTHING
     RETURNING job_id
 ), upd AS (
@@ -352,24 +353,17 @@ WITH r AS (
     RETURNING j.id, j.lease_token, j.attempts + r.refund AS attempts, j.started_at, j.queue,
               j.counted, j.concurrency_key
 ), freed AS (
-    -- Releases of counted leases and keys (docs/dispatch.md), each announced: a claim a limit
-    -- held back may run now. Nothing happens here for jobs of queues without limits or keys.
-    UPDATE {schema}.queue_releases r SET freed = r.freed + f.n
-      FROM (SELECT queue, count(*) AS n FROM upd WHERE counted GROUP BY queue) f
-     WHERE r.queue = f.queue
-    RETURNING pg_notify({ready_channel}, r.queue)
-), unkeyed AS (
-    DELETE FROM {schema}.key_leases kl USING upd u
-     WHERE u.concurrency_key IS NOT NULL AND kl.queue = u.queue AND kl.key = u.concurrency_key
-       AND kl.job_id = u.id
-    RETURNING pg_notify({ready_channel}, kl.queue)
+    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
+                                   array_agg(id), {ready_channel})
+      FROM upd WHERE counted OR concurrency_key IS NOT NULL
 )
 INSERT INTO {schema}.job_attempts
        (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
         error, traceback, result, log)
 SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, r.child, u.started_at, r.outcome,
        r.error, r.traceback, r.result::jsonb, r.log
-  FROM upd u JOIN r ON r.id = u.id
+  FROM upd u JOIN r ON r.id = u.id CROSS JOIN freed
 RETURNING job_id
 
 -- name: heartbeat
@@ -407,22 +401,15 @@ WITH x AS (
     RETURNING j.id, j.lease_token, j.attempts, j.started_at, x.lease_owner, j.queue, j.counted,
               j.concurrency_key
 ), freed AS (
-    -- Releases of counted leases and keys (docs/dispatch.md), each announced: a claim a limit
-    -- held back may run now. Nothing happens here for jobs of queues without limits or keys.
-    UPDATE {schema}.queue_releases r SET freed = r.freed + f.n
-      FROM (SELECT queue, count(*) AS n FROM upd WHERE counted GROUP BY queue) f
-     WHERE r.queue = f.queue
-    RETURNING pg_notify({ready_channel}, r.queue)
-), unkeyed AS (
-    DELETE FROM {schema}.key_leases kl USING upd u
-     WHERE u.concurrency_key IS NOT NULL AND kl.queue = u.queue AND kl.key = u.concurrency_key
-       AND kl.job_id = u.id
-    RETURNING pg_notify({ready_channel}, kl.queue)
+    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
+                                   array_agg(id), {ready_channel})
+      FROM upd WHERE counted OR concurrency_key IS NOT NULL
 )
 INSERT INTO {schema}.job_attempts (job_id, lease_token, attempt, started_at, outcome, error)
 SELECT u.id, u.lease_token, u.attempts, u.started_at, 'lease_expired',
        'lease expired: its holder (' || coalesce(u.lease_owner, '?') || ') stopped renewing it'
-  FROM upd u
+  FROM upd u CROSS JOIN freed
 RETURNING job_id
 
 -- ===== transactional handlers (run by the child, on its own connection) ==================
@@ -445,24 +432,17 @@ WITH upd AS (
     RETURNING j.id, j.lease_token, j.attempts, j.started_at, j.queue, j.counted,
               j.concurrency_key
 ), freed AS (
-    -- Releases of counted leases and keys (docs/dispatch.md), each announced: a claim a limit
-    -- held back may run now. Nothing happens here for jobs of queues without limits or keys.
-    UPDATE {schema}.queue_releases r SET freed = r.freed + f.n
-      FROM (SELECT queue, count(*) AS n FROM upd WHERE counted GROUP BY queue) f
-     WHERE r.queue = f.queue
-    RETURNING pg_notify({ready_channel}, r.queue)
-), unkeyed AS (
-    DELETE FROM {schema}.key_leases kl USING upd u
-     WHERE u.concurrency_key IS NOT NULL AND kl.queue = u.queue AND kl.key = u.concurrency_key
-       AND kl.job_id = u.id
-    RETURNING pg_notify({ready_channel}, kl.queue)
+    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
+                                   array_agg(id), {ready_channel})
+      FROM upd WHERE counted OR concurrency_key IS NOT NULL
 )
 INSERT INTO {schema}.job_attempts
        (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
         result, log)
 SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, %(child)s, u.started_at, 'succeeded',
        %(result)s::jsonb, %(log)s
-  FROM upd u
+  FROM upd u CROSS JOIN freed
 RETURNING job_id
 
 -- ===== written by the master for observers ================================================
@@ -510,16 +490,9 @@ WITH upd AS (
        AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
     RETURNING j.id, j.queue, j.counted, j.concurrency_key
 ), freed AS (
-    -- Releases of counted leases and keys (docs/dispatch.md), each announced: a claim a limit
-    -- held back may run now. Nothing happens here for jobs of queues without limits or keys.
-    UPDATE {schema}.queue_releases r SET freed = r.freed + f.n
-      FROM (SELECT queue, count(*) AS n FROM upd WHERE counted GROUP BY queue) f
-     WHERE r.queue = f.queue
-    RETURNING pg_notify({ready_channel}, r.queue)
-), unkeyed AS (
-    DELETE FROM {schema}.key_leases kl USING upd u
-     WHERE u.concurrency_key IS NOT NULL AND kl.queue = u.queue AND kl.key = u.concurrency_key
-       AND kl.job_id = u.id
-    RETURNING pg_notify({ready_channel}, kl.queue)
+    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
+                                   array_agg(id), {ready_channel})
+      FROM upd WHERE counted OR concurrency_key IS NOT NULL
 )
-SELECT count(*) AS given_back FROM upd
+SELECT count(*) AS given_back FROM upd CROSS JOIN freed

@@ -69,6 +69,28 @@ $$;
 CREATE TRIGGER queues_dispatch_rows AFTER INSERT ON {schema}.queues
     FOR EACH ROW EXECUTE FUNCTION {schema}.queue_dispatch_rows();
 
+-- Give back what released leases held (called by the completion, the reaper, the give-back
+-- and a transactional completion, with their released jobs that were counted or keyed; an
+-- empty call returns at once): counted leases add to their queue's freed, keyed ones delete
+-- their key_leases row, and each such queue is announced, so a claim a limit held back runs.
+CREATE FUNCTION {schema}.release_limits(queues text[], counted boolean[], keys text[],
+                                        ids bigint[], channel text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF queues IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE {schema}.queue_releases r SET freed = r.freed + f.n
+      FROM (SELECT u.q, count(*) AS n FROM unnest(queues, counted) AS u(q, c)
+             WHERE u.c GROUP BY u.q) f
+     WHERE r.queue = f.q;
+    DELETE FROM {schema}.key_leases kl
+     USING unnest(queues, keys, ids) AS u(q, k, id)
+     WHERE u.k IS NOT NULL AND kl.queue = u.q AND kl.key = u.k AND kl.job_id = u.id;
+    PERFORM pg_notify(channel, d.q) FROM (SELECT DISTINCT u.q FROM unnest(queues) AS u(q)) d;
+END
+$$;
+
 -- The enqueue functions again, whole: a concurrency key per job, and a job given no priority
 -- or max_attempts takes its queue's priority_default and max_attempts (NULL: 5).
 DROP FUNCTION {schema}.enqueue(text, jsonb, text, bigint, timestamptz, interval, bigint, text, text);
