@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0)
     add_db_args(parser)
     args = parser.parse_args(argv)
-    args.task, args.cpu_ms = "noop", 0.0
+    # What benchmarks/drain.py's run_once reads besides these options: one master, noop jobs.
+    args.task, args.cpu_ms, args.masters = "noop", 0.0, 1
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
         parser.error(f"--modes: of {', '.join(MODES)}")
