@@ -331,7 +331,8 @@ class Claimer(Service):
         """Give back, in the background, claimed jobs no child will start."""
         task = asyncio.get_running_loop().create_task(self.unclaim(rows))
         self._unclaims.add(task)
-        self._returning[task] = [row["queue"] for row in rows]  # leased until given back
+        # Leased until given back (-Q NAME=N counts them).
+        self._returning[task] = [row["queue"] for row in rows if row.get("queue")]
         task.add_done_callback(self._unclaims.discard)
         task.add_done_callback(self._returning.pop)
 

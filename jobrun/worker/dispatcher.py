@@ -271,7 +271,7 @@ class Dispatcher(Service):
             if (job.id, job.token) in self.fenced:
                 self.fenced.discard((job.id, job.token))
             else:
-                rows.append({"id": job.id, "lease_token": job.token})
+                rows.append({"id": job.id, "lease_token": job.token, "queue": job.queue})
         if rows:
             event(log, logging.INFO, "jobs.given_back", child=child.index, pid=child.pid,
                   jobs=len(rows), reason=why)

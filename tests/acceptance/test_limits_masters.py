@@ -74,7 +74,10 @@ def test_cluster_wide_concurrency_is_never_exceeded_by_four_masters(master, clie
     assert len(samples) >= 200, len(samples)
     assert max(samples) <= 3, max(samples)
     assert max(samples) == 3  # the limit was reached, not merely undershot
-    assert most_overlapping(intervals(db)) <= 3
+    # (Not checked from attempt intervals: started_at and finished_at are the start times of
+    # the claim's and the completion's transactions, while commit order decides which release
+    # a claim sees; on a loaded machine a claim's transaction may begin before the completion
+    # whose release it then uses. The samples above read committed state.)
     owners = db.rows("SELECT count(DISTINCT worker_pid) AS n FROM {s}.job_attempts")[0]["n"]
     assert owners >= 2  # the masters did race for it
 
