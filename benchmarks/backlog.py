@@ -45,6 +45,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.common` impor
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from jobrun.sql import for_schema  # noqa: E402
+from jobrun.worker.claimer import claim_params  # noqa: E402
 
 from benchmarks.common import (run_main, Bench, add_db_args, describe_code, int_list, machine,  # noqa: E402
                                median, percentile, print_table)
@@ -88,7 +89,7 @@ class Loop:
         self.q = for_schema(schema)
         self.schema = schema
         self.batch = batch
-        self.claim_params = {"queues": ["default"], "limit": batch, "owner": OWNER, "ttl": TTL}
+        self.claim_params = claim_params(["default"], batch, OWNER, TTL)
 
     def cycle(self) -> tuple[int, float, float, float, float]:
         """One claim and one complete, each its own transaction. Returns (jobs, claim statement
@@ -175,7 +176,7 @@ def table_state(conn, schema: str) -> dict[str, Any]:
 
 def explain_claim(conn, schema: str, batch: int) -> list[str]:
     q = for_schema(schema)
-    params = {"queues": ["default"], "limit": batch, "owner": OWNER, "ttl": TTL}
+    params = claim_params(["default"], batch, OWNER, TTL)
     with conn.transaction(force_rollback=True):
         rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, SUMMARY ON) " + q.claim_jobs,
                             params).fetchall()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from psycopg import sql
 
@@ -55,10 +55,15 @@ def enqueue(dsn: str, schema: str, task: str, payload: Any, n: int) -> float:
     return time.monotonic() - started
 
 
-def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: Any) -> dict[str, Any]:
+def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: Any,
+             prepare: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One drain; ``prepare(schema)`` runs after the enqueue, before the master starts (queue
+    settings, say: benchmarks/limits.py)."""
     n = args.jobs
     schema = bench.new_schema()
     enqueue_s = enqueue(bench.dsn, schema, args.task, payload, n)
+    if prepare is not None:
+        prepare(schema)
     jobs = sql.Identifier(schema, "jobs")
     attempts = sql.Identifier(schema, "job_attempts")
     commits_before = bench.commits()

@@ -9,8 +9,8 @@ repeated --repeat times (median reported, jobs table truncated before every run)
   sql enqueue_many      --total jobs via SELECT enqueue_many(...) with pre-built arrays
   sql enqueue           N sequential SELECT enqueue(...), each its own transaction
 
-With --against REV, the client enqueue_many cases run for this tree and for jobrun as of git
-revision REV (exported with `git archive`), each in a fresh process on a schema its own code
+With --against REV, the client cases (enqueue x N and enqueue_many) run for this tree and for
+jobrun as of git revision REV (exported with `git archive`), each in a fresh process on a schema its own code
 migrated, alternating run by run on the same server: a before/after under the same load.
 
     .venv/bin/python benchmarks/enqueue.py --pg-bin /usr/lib/postgresql/15/bin
@@ -95,13 +95,12 @@ def run_all(bench: Bench, single: int, total: int, batches: list[int], against: 
         for i in range(single):
             client.enqueue(TASK, payload(i))
 
-    bench.case(f"client enqueue x{single}", single, client_single)
-
     if against is None:
+        bench.case(f"client enqueue x{single}", single, client_single)
         for b in batches:
             bench.case(f"client enqueue_many, {b:,}/call", total, lambda b=b: bulk(client, total, b))
     else:
-        alternate(bench, total, batches, against)
+        alternate(bench, total, batches, against, single)
 
     tasks = [TASK] * total
     texts = [json.dumps(payload(i), separators=(",", ":")) for i in range(total)]
@@ -143,8 +142,8 @@ def worker(tree: Path, *args: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def alternate(bench: Bench, total: int, batches: list[int], rev: str) -> None:
-    """The client bulk cases, this tree and ``rev`` taking turns, each run in a new process."""
+def alternate(bench: Bench, total: int, batches: list[int], rev: str, single: int) -> None:
+    """The client cases, this tree and ``rev`` taking turns, each run in a new process."""
     with tempfile.TemporaryDirectory(prefix="jobrun-rev-") as tmp:
         export(rev, Path(tmp))
         sides = [("", REPO, bench.schema), (f" @ {rev}", Path(tmp), bench.schema + "_rev")]
@@ -154,16 +153,19 @@ def alternate(bench: Bench, total: int, batches: list[int], rev: str) -> None:
             for run in range(bench.repeat):
                 for label, tree, schema in sides if run % 2 == 0 else sides[::-1]:
                     got = worker(tree, "--dsn", bench.dsn, "--schema", schema, "--total", str(total),
-                                 "--batches", ",".join(map(str, batches)))
+                                 "--batches", ",".join(map(str, batches)), "--single", str(single))
                     for b in batches:
                         rates.setdefault((label, b), []).append(got[str(b)])
+                    rates.setdefault((label, 0), []).append(got["single"])
         finally:
             bench.admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
                 sql.Identifier(sides[1][2])))
-    for b in batches:
+    for b in [0, *batches]:
         for label, _, _ in sides:
-            name = f"client enqueue_many, {b:,}/call{label}"
-            bench.rows.append((name, total, rates[(label, b)]))
+            name = (f"client enqueue x{single}{label}" if b == 0
+                    else f"client enqueue_many, {b:,}/call{label}")
+            jobs = single if b == 0 else total
+            bench.rows.append((name, jobs, rates[(label, b)]))
             print(f"  {name:<40} median {statistics.median(rates[(label, b)]):>10,.0f} jobs/s",
                   file=sys.stderr, flush=True)
 
@@ -179,6 +181,13 @@ def worker_main(args: argparse.Namespace) -> int:
     bench = Bench(args.dsn, args.schema, 1)
     client = jobrun.Client(args.dsn, schema=args.schema)
     result = {}
+
+    def client_single() -> None:
+        for i in range(args.single):
+            client.enqueue(TASK, payload(i))
+
+    bench.case("single", args.single, client_single)
+    result["single"] = bench.rows[-1][2][0]
     for b in (int(b) for b in args.batches.split(",")):
         bench.case(f"{b}", args.total, lambda b=b: bulk(client, args.total, b))
         result[b] = bench.rows[-1][2][0]

@@ -49,28 +49,31 @@ class _Api:
     # --- producers ------------------------------------------------------------------------
 
     def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
-                priority: int = 0, run_at: datetime | None = None,
+                priority: int | None = None, run_at: datetime | None = None,
                 delay: float | str | None = None, max_attempts: int | None = None,
                 idempotency_key: str | None = None, conn: Any = None,
-                payload_is_json: bool = False):
+                payload_is_json: bool = False, concurrency_key: str | None = None):
         """Enqueue one job; returns ``Enqueued(job, created)``.
 
         ``payload`` is any JSON-serialisable value (or JSON text with ``payload_is_json``).
         ``delay`` is seconds or a duration such as ``"30s"``; give it or ``run_at``.
+        ``priority`` and ``max_attempts`` left None take the queue's defaults; jobs with one
+        ``concurrency_key`` run at most the queue's key_concurrency at a time.
         """
         return self._run(ops.enqueue(
             self.queries, self.limit, task, payload, queue=queue, priority=priority,
             run_at=run_at, delay=delay, max_attempts=max_attempts,
-            idempotency_key=idempotency_key, payload_is_json=payload_is_json), conn)
+            idempotency_key=idempotency_key, payload_is_json=payload_is_json,
+            concurrency_key=concurrency_key), conn)
 
     def enqueue_many(self, items: Iterable[JobSpec | tuple[str, Any]], *, queue: str = "default",
-                     priority: int = 0, run_at: datetime | None = None,
+                     priority: int | None = None, run_at: datetime | None = None,
                      delay: float | str | None = None, max_attempts: int | None = None,
-                     conn: Any = None):
+                     conn: Any = None, concurrency_key: str | None = None):
         """Enqueue many jobs in one statement; returns ``[(id, created), ...]`` in order."""
         return self._run(ops.enqueue_many(
             self.queries, self.limit, items, queue=queue, priority=priority, run_at=run_at,
-            delay=delay, max_attempts=max_attempts), conn)
+            delay=delay, max_attempts=max_attempts, concurrency_key=concurrency_key), conn)
 
     # --- inspection and admin -------------------------------------------------------------
 

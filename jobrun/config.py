@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from urllib.parse import unquote
 
 from jobrun import validate
+from jobrun.policy import dispatch
 from jobrun.errors import InvalidInput
 
 CONFIG_PATHS = ("./jobrun.toml", "/etc/jobrun/jobrun.toml")
@@ -42,6 +43,10 @@ class Settings:
     app: str | None = None
     concurrency: int = field(default_factory=_cpu_count)
     queues: tuple[str, ...] = ("default",)
+    # -Q emails=4: at most 4 of this master's jobs of that queue leased at once (derived from
+    # the queues setting); how the claim orders the served queues (jobrun/policy/dispatch.py)
+    queue_limits: tuple[tuple[str, int], ...] = ()
+    queue_order: str = "global"
     poll_interval: float = 0.2
     prefetch: int = 16  # jobs a child may hold (running + waiting); 1 = one at a time
     prefetch_max_runtime: float = 0.02  # most work (by recent run times) queued in a child
@@ -76,11 +81,11 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if name in _DURATIONS:
             return validate.duration(value)
         if name == "queues":
-            items = value.split(",") if isinstance(value, str) else list(value)
-            queues = tuple(validate.queue_name(q.strip()) for q in items if q.strip())
-            if not queues:
-                raise InvalidInput("queues: name at least one queue")
-            return queues
+            return tuple(q for q, _ in dispatch.parse_queues(value))
+        if name == "queue_limits":
+            return tuple((q, n) for q, n in dispatch.parse_queues(value) if n is not None)
+        if name == "queue_order":
+            return dispatch.check_order(str(value))
         if name == "schema":
             return validate.schema_name(value)
         if name == "spawn":
@@ -132,15 +137,24 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise InvalidInput(f"cannot read config file {path}: {exc}") from None
         for key, value in data.items():
-            values[key] = _coerce(key, value, str(path))
+            _put(values, key, value, str(path))
     for name in _FIELDS:
         env = environ.get("JOBRUN_" + name.upper())
-        if env is not None and env != "":
-            values[name] = _coerce(name, env, "JOBRUN_" + name.upper())
+        if env is not None and env != "" and name != "queue_limits":
+            _put(values, name, env, "JOBRUN_" + name.upper())
     for key, value in (overrides or {}).items():
         if value is not None:
-            values[key] = _coerce(key, value, "--" + key.replace("_", "-"))
+            _put(values, key, value, "--" + key.replace("_", "-"))
     return Settings(**values)
+
+
+def _put(values: dict[str, Any], key: str, value: Any, source: str) -> None:
+    if key == "queue_limits":
+        raise InvalidInput(f"{source}: unknown setting 'queue_limits' (write limits in queues:"
+                           " emails=4,default)")
+    values[key] = _coerce(key, value, source)
+    if key == "queues":  # emails=4,default: the names, and this master's limits
+        values["queue_limits"] = _coerce("queue_limits", value, source)
 
 
 def redact(dsn: str) -> str:

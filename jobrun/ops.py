@@ -53,17 +53,21 @@ def _payload_limit_steps(q: Queries, limit: int):
 
 
 def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: str = "default",
-            priority: int = 0, run_at: datetime | None = None, delay: float | str | None = None,
-            max_attempts: int | None = None, idempotency_key: str | None = None,
-            traceparent: str | None = None, payload_is_json: bool = False) -> Op:
+            priority: int | None = None, run_at: datetime | None = None,
+            delay: float | str | None = None, max_attempts: int | None = None,
+            idempotency_key: str | None = None, traceparent: str | None = None,
+            payload_is_json: bool = False, concurrency_key: str | None = None) -> Op:
+    """Priority and max_attempts left None take the queue's priority_default and max_attempts."""
     text = validate.payload_text(payload, limit) if payload_is_json else validate.payload(payload, limit)
     when, secs = _when(run_at, delay)
     params = {
         "task": validate.task_name(task), "payload": text, "queue": validate.queue_name(queue),
-        "priority": validate.priority(priority), "run_at": when, "delay": secs,
+        "priority": validate.priority(priority) if priority is not None else None,
+        "run_at": when, "delay": secs,
         "max_attempts": validate.max_attempts(max_attempts),
         "idempotency_key": validate.idempotency_key(idempotency_key),
         "traceparent": traceparent or current_traceparent(),
+        "concurrency_key": validate.concurrency_key(concurrency_key),
     }
     if params["idempotency_key"] is None:
         # A new job for certain: one plain insert (the payload size was checked above).
@@ -75,6 +79,7 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
         rows = yield Step(q.enqueue, params)
     row = dict(rows[0])
     created = row.pop("created")
+    row["concurrency_key"] = params["concurrency_key"]
     # The stored payload equals ours (a replay with another body is a conflict), so it is not
     # read back from the database.
     stored = json.loads(text) if payload_is_json else payload
@@ -82,18 +87,18 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
 
 
 # JobSpec fields beyond task and payload, all None when an item takes every call default.
-_NO_OPTIONS = (None, None, None, None, None, None)
+_NO_OPTIONS = (None, None, None, None, None, None, None)
 
 
 def _item_options(spec: JobSpec) -> tuple:
-    """(queue, priority, (run_at, delay seconds), max_attempts, idempotency key) of one item,
-    checked; None where the item takes the call's default."""
+    """(queue, priority, (run_at, delay seconds), max_attempts, idempotency key, concurrency
+    key) of one item, checked; None where the item takes the call's default."""
     queue = validate.queue_name(spec.queue) if spec.queue is not None else None
     priority = validate.priority(spec.priority) if spec.priority is not None else None
     limit = validate.max_attempts(spec.max_attempts)
     key = validate.idempotency_key(spec.idempotency_key)
     when = _when(spec.run_at, spec.delay) if (spec.run_at or spec.delay is not None) else None
-    return queue, priority, when, limit, key
+    return queue, priority, when, limit, key, validate.concurrency_key(spec.concurrency_key)
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
@@ -130,11 +135,15 @@ def _column(options: dict[int, tuple], field: int, default: Any, count: int) -> 
 
 
 def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, Any]], *,
-                 queue: str = "default", priority: int = 0, run_at: datetime | None = None,
-                 delay: float | str | None = None, max_attempts: int | None = None) -> Op:
+                 queue: str = "default", priority: int | None = None,
+                 run_at: datetime | None = None, delay: float | str | None = None,
+                 max_attempts: int | None = None, concurrency_key: str | None = None) -> Op:
+    """Priority and max_attempts left None (call and item) take the queue's defaults."""
     validate.queue_name(queue)
-    validate.priority(priority)
+    if priority is not None:
+        validate.priority(priority)
     validate.max_attempts(max_attempts)
+    validate.concurrency_key(concurrency_key)
     default_when = _when(run_at, delay)
     tasks: list[str] = []
     payloads: list[str] = []
@@ -153,7 +162,8 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
             tasks.append(task)
             payloads.append(validate.payload(body, limit))
             if spec is not None and (spec.queue, spec.priority, spec.run_at, spec.delay,
-                                     spec.max_attempts, spec.idempotency_key) != _NO_OPTIONS:
+                                     spec.max_attempts, spec.idempotency_key,
+                                     spec.concurrency_key) != _NO_OPTIONS:
                 options[n] = _item_options(spec)
         except InvalidInput as exc:
             raise InvalidInput(f"job {n}: {exc}") from None
@@ -165,6 +175,9 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
     whens = _column(options, 2, default_when, count)
     limits = _column(options, 3, max_attempts, count)
     keys = _column(options, 4, None, count)
+    ckeys = _column(options, 5, concurrency_key, count)
+    if ckeys is None and concurrency_key is not None:
+        ckeys = [concurrency_key] * count
     # Delays become absolute times on the database clock, read once for the whole batch.
     base: datetime | None = None
     if default_when[1] is not None or any(secs is not None for _, secs in whens or ()):
@@ -185,7 +198,7 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
             "tasks": tasks, "payloads": payloads, "queue": queue, "queues": queues,
             "priority": priority, "priorities": priorities, "run_at": absolute(default_when),
             "run_ats": run_ats, "max_attempts": max_attempts, "attempt_limits": limits,
-            "traceparent": tp,
+            "traceparent": tp, "concurrency_keys": ckeys,
         })
         missing = rows[0]["undeclared"]
         if missing is not None:
@@ -195,10 +208,11 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
     default_at = absolute(default_when)
     rows = yield Step(q.enqueue_many, {
         "tasks": tasks, "payloads": payloads, "queues": queues or [queue] * count,
-        "priorities": priorities or ([priority] * count if priority else None),
+        "priorities": priorities or ([priority] * count if priority is not None else None),
         "run_ats": run_ats or ([default_at] * count if default_at else None),
         "attempt_limits": limits or ([max_attempts] * count if max_attempts else None),
         "idempotency_keys": keys, "traceparents": [tp] * count if tp else None,
+        "concurrency_keys": ckeys,
     })
     return [(row["id"], row["created"]) for row in rows]
 

@@ -44,6 +44,7 @@ class JobRecord:
     version: int = 0  # bumped by every change of the row (optimistic concurrency)
     base_priority: int | None = None  # its priority before aging improved it (None: not aged)
     aged_at: datetime | None = None   # when its last aging step was due (None: not aged)
+    concurrency_key: str | None = None  # at most the queue's key_concurrency run at once
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "JobRecord":
@@ -96,6 +97,7 @@ class JobSpec:
     delay: float | str | None = None
     max_attempts: int | None = None
     idempotency_key: str | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,22 @@ def idempotency_key(value: Any) -> str | None:
     return value
 
 
+CONCURRENCY_KEY_MAX = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def concurrency_key(value: Any) -> str | None:
+    """A job's concurrency key ("customer:42"): 1 to 200 characters, no control characters
+    (the SQL functions and a CHECK constraint hold the same rule)."""
+    if value is None:
+        return None
+    if (not isinstance(value, str) or not value or len(value) > CONCURRENCY_KEY_MAX
+            or _CONTROL.search(value) or not (value.isascii() or _utf8_ok(value))):
+        raise InvalidInput(f"invalid concurrency key {_show(value)}: 1 to {CONCURRENCY_KEY_MAX}"
+                           " characters, no control characters")
+    return value
+
+
 def _utf8_ok(text: str) -> bool:
     try:
         text.encode()

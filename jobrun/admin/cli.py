@@ -226,15 +226,21 @@ def enqueue(
         metavar="PAYLOAD_JSON", show_default=False,
         help="JSON payload; '-' reads it from stdin. Default: null.")] = None,
     queue: Annotated[str, typer.Option("--queue", "-q", help="Declared queue.")] = "default",
-    priority: Annotated[int, typer.Option(help="-100..100, lower runs first.")] = 0,
+    priority: Annotated[Optional[int], typer.Option(
+        help="-100..100, lower runs first. Default: the queue's priority_default.",
+        show_default=False)] = None,
     delay: Annotated[Optional[str], typer.Option(
         help="Run after a duration: 30s, 5m, 1h30m.", show_default=False)] = None,
     run_at: Annotated[Optional[str], typer.Option(
         "--run-at", help="Run at an ISO 8601 time with offset.", show_default=False)] = None,
     max_attempts: Annotated[Optional[int], typer.Option(
-        "--max-attempts", help="Starts allowed, 1..1000.", show_default=False)] = None,
+        "--max-attempts", help="Starts allowed, 1..1000. Default: the queue's max_attempts, else 5.",
+        show_default=False)] = None,
     key: Annotated[Optional[str], typer.Option(
         "--key", help="Idempotency key, unique per queue.", show_default=False)] = None,
+    concurrency_key: Annotated[Optional[str], typer.Option(
+        "--concurrency-key", help="Run at most the queue's key_concurrency jobs with this key at once.",
+        show_default=False)] = None,
     dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
 ) -> None:
     """Enqueue a job; prints it as JSON with "created" (false for an idempotent replay)."""
@@ -246,7 +252,8 @@ def enqueue(
         raise InvalidInput("give --delay or --run-at, not both")
     result = s.client().enqueue(task, payload, queue=queue, priority=priority, run_at=when,
                                 delay=delay, max_attempts=max_attempts, idempotency_key=key,
-                                payload_is_json=payload is not None)
+                                payload_is_json=payload is not None,
+                                concurrency_key=concurrency_key)
     _emit({**result.job.to_dict(), "created": result.created})
 
 

@@ -102,6 +102,8 @@ class QueueView:
     wait_p95: float | None
     wait_sample: int
     failures: int
+    limits: str = ""       # c=3 (cluster-wide), r=5/1s (rate), k=2 (per key, when not 1)
+    held: str = ""         # claims its limits held back, by reason (live masters, since start)
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,20 @@ def queues(conn: psycopg.Connection, q: Queries) -> list[QueueView]:
                       oldest_age=r["oldest_age"], enqueued_per_s=r["enqueued"] / RATE_WINDOW,
                       done_per_s=r["finished"] / RATE_WINDOW, wait_p50=r["wait_p50"],
                       wait_p95=r["wait_p95"], wait_sample=r["wait_sample"],
-                      failures=r["failures"]) for r in rows]
+                      failures=r["failures"], limits=limits_text(r), held=r["held"] or "")
+            for r in rows]
+
+
+def limits_text(row: dict[str, Any]) -> str:
+    """A queue's limits in a few characters: c=3 r=5/1s k=2 (docs/dispatch.md)."""
+    parts = []
+    if row["concurrency"] is not None:
+        parts.append(f"c={row['concurrency']}")
+    if row["rate_limit"] is not None:
+        parts.append(f"r={row['rate_limit']}/{duration(row['rate_period'])}")
+    if row["key_concurrency"] not in (None, 1):
+        parts.append(f"k={row['key_concurrency']}")
+    return " ".join(parts)
 
 
 def latest_failures(conn: psycopg.Connection, q: Queries, limit: int = FAILURE_ROWS) -> list[Failure]:
@@ -290,12 +305,14 @@ def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
         return Group(*parts)
 
     qt = _grid(f"Queues (sort: {sort})", "queue", "queued", "scheduled", "leased", "oldest",
-               "in/s", "done/s", "wait p50", "wait p95", f"fail {FAIL_WINDOW / 60:g}m")
+               "in/s", "done/s", "wait p50", "wait p95", f"fail {FAIL_WINDOW / 60:g}m", "limits",
+               "held back")
     for v in sorted(snap.queues, key=_sort_key(sort)):
         qt.add_row(v.queue + (" (paused)" if v.paused else ""), str(v.queued), str(v.scheduled),
                    str(v.leased), duration(v.oldest_age), _rate(v.enqueued_per_s),
                    _rate(v.done_per_s), duration(v.wait_p50), duration(v.wait_p95),
-                   Text(str(v.failures), style="red" if v.failures else ""))
+                   Text(str(v.failures), style="red" if v.failures else ""), v.limits,
+                   Text(v.held, style="yellow" if v.held else ""))
     parts += [Text(""), qt]
 
     stale = f", {snap.stale_masters} stale hidden" if snap.stale_masters else ""

@@ -80,10 +80,12 @@ def channel(schema: str) -> str:
 
 def render(text: str, schema: str) -> str:
     """Insert the (validated, quoted) schema name, and its channel names ({channel}: jobs
-    ready; {schedules_channel}: schedules changed), into a query or migration."""
+    ready; {schedules_channel}: schedules changed; {ready_channel}: the first as a string, for
+    pg_notify), into a query or migration."""
     validate.schema_name(schema)
     return sql.SQL(text).format(schema=sql.Identifier(schema),
                                 channel=sql.Identifier(channel(schema)),
+                                ready_channel=sql.Literal(channel(schema)),
                                 schedules_channel=sql.Identifier(f"{schema}_schedules"),
                                 ).as_string(None)
 

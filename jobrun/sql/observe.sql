@@ -54,6 +54,13 @@ WITH queued AS (
              ORDER BY finished_at DESC
              LIMIT %(sample)s) s
      GROUP BY queue
+), held AS (
+    -- Claims the limits held back, summed over the masters' registry rows, by reason.
+    SELECT h.queue, string_agg(h.reason || ' ' || h.n, ', ' ORDER BY h.reason) AS held
+      FROM (SELECT q.key AS queue, r.key AS reason, sum(r.value::bigint) AS n
+              FROM {schema}.workers w, jsonb_each(w.held) q, jsonb_each_text(q.value) r
+             GROUP BY q.key, r.key) h
+     GROUP BY h.queue
 ), failures AS (
     SELECT j.queue, count(*) AS n
       FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
@@ -64,7 +71,7 @@ WITH queued AS (
 SELECT k.name AS queue, k.name, k.paused, k.concurrency, k.rate_limit,
        extract(epoch FROM k.rate_period)::float8 AS rate_period,
        extract(epoch FROM k.aging)::float8 AS aging, k.priority_default, k.max_attempts,
-       extract(epoch FROM k.retention)::float8 AS retention, k.key_concurrency,
+       extract(epoch FROM k.retention)::float8 AS retention, k.key_concurrency, h.held,
        k.created_at, k.updated_at, k.version,
        coalesce(q.queued, 0) AS queued, coalesce(q.scheduled, 0) AS scheduled,
        coalesce(l.leased, 0) AS leased,
@@ -79,6 +86,7 @@ SELECT k.name AS queue, k.name, k.paused, k.concurrency, k.rate_limit,
   LEFT JOIN finished f ON f.queue = k.name
   LEFT JOIN waits w ON w.queue = k.name
   LEFT JOIN failures x ON x.queue = k.name
+  LEFT JOIN held h ON h.queue = k.name
  ORDER BY k.name
 
 -- name: observe_latest_failures

@@ -20,15 +20,17 @@ SELECT id, created, queue, task, status, priority, run_at, attempts, max_attempt
                         queue => %(queue)s, priority => %(priority)s, run_at => %(run_at)s,
                         delay => make_interval(secs => %(delay)s),
                         max_attempts => %(max_attempts)s, idempotency_key => %(idempotency_key)s,
-                        traceparent => %(traceparent)s)
+                        traceparent => %(traceparent)s, concurrency_key => %(concurrency_key)s)
 
 -- name: insert_job
--- Insert one new job (no idempotency key; values checked by the client); no row if its queue is not declared.
-INSERT INTO {schema}.jobs (queue, task, payload, priority, run_at, max_attempts, traceparent)
-SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
+-- Insert one new job (no idempotency key; values checked by the client), priority and max_attempts defaulting to the queue's; no row if its queue is not declared.
+INSERT INTO {schema}.jobs (queue, task, payload, priority, run_at, max_attempts, traceparent,
+                          concurrency_key)
+SELECT k.name, %(task)s, %(payload)s::jsonb, coalesce(%(priority)s::smallint, k.priority_default),
        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8), now()),
-       coalesce(%(max_attempts)s::integer, 5), %(traceparent)s::text
- WHERE EXISTS (SELECT FROM {schema}.queues k WHERE k.name = %(queue)s)
+       coalesce(%(max_attempts)s::integer, k.max_attempts, 5), %(traceparent)s::text,
+       %(concurrency_key)s::text
+  FROM {schema}.queues k WHERE k.name = %(queue)s
 RETURNING id, true AS created, queue, task, status, priority, run_at, attempts, max_attempts,
           idempotency_key, created_at
 
@@ -38,7 +40,7 @@ SELECT id, created
   FROM {schema}.enqueue_many(%(tasks)b::text[], %(payloads)b::text[]::jsonb[], %(queues)b::text[],
                              %(priorities)b::integer[], %(run_ats)b::timestamptz[],
                              %(attempt_limits)b::integer[], %(idempotency_keys)b::text[],
-                             %(traceparents)b::text[])
+                             %(traceparents)b::text[], %(concurrency_keys)b::text[])
 
 -- name: insert_jobs
 -- Insert many new jobs (no idempotency keys; values checked by the client) in one statement; returns their ids in input order, or, inserting nothing, an undeclared queue.
@@ -52,14 +54,23 @@ WITH undeclared AS (
                    FROM generate_series(1, %(n)s::integer) ORDER BY 1) AS ids
      WHERE NOT EXISTS (SELECT FROM undeclared)
 ), ins AS (
-    INSERT INTO {schema}.jobs (id, queue, task, payload, priority, run_at, max_attempts, traceparent)
+    INSERT INTO {schema}.jobs (id, queue, task, payload, priority, run_at, max_attempts, traceparent,
+                              concurrency_key)
+    -- Priority and max_attempts not given: the queue's defaults (read once for the call's
+    -- queue; per row only for items naming their own).
     SELECT u.id, coalesce(u.queue, %(queue)s::text), u.task, u.payload::jsonb,
-           coalesce(u.priority, %(priority)s::integer), coalesce(u.run_at, %(run_at)s::timestamptz, now()),
-           coalesce(u.max_attempts, %(max_attempts)s::integer, 5), %(traceparent)s::text
+           coalesce(u.priority, %(priority)s::integer, CASE WHEN u.queue IS NULL
+               THEN (SELECT k.priority_default FROM {schema}.queues k WHERE k.name = %(queue)s)
+               ELSE (SELECT k.priority_default FROM {schema}.queues k WHERE k.name = u.queue) END),
+           coalesce(u.run_at, %(run_at)s::timestamptz, now()),
+           coalesce(u.max_attempts, %(max_attempts)s::integer, CASE WHEN u.queue IS NULL
+               THEN (SELECT k.max_attempts FROM {schema}.queues k WHERE k.name = %(queue)s)
+               ELSE (SELECT k.max_attempts FROM {schema}.queues k WHERE k.name = u.queue) END, 5),
+           %(traceparent)s::text, u.ckey
       FROM ids, unnest(ids.ids, %(tasks)b::text[], %(payloads)b::text[], %(queues)b::text[],
                        %(priorities)b::integer[], %(run_ats)b::timestamptz[],
-                       %(attempt_limits)b::integer[])
-           AS u(id, task, payload, queue, priority, run_at, max_attempts)
+                       %(attempt_limits)b::integer[], %(concurrency_keys)b::text[])
+           AS u(id, task, payload, queue, priority, run_at, max_attempts, ckey)
 )
 SELECT (SELECT name FROM undeclared) AS undeclared, (SELECT ids FROM ids) AS ids
 
@@ -167,30 +178,149 @@ SELECT now() AS now, clock_timestamp() AS clock
 
 -- ===== the master's hot path =============================================================
 
+-- Limits in the claim (docs/dispatch.md). A served queue with a cluster-wide concurrency or
+-- rate limit has its queue_claims row locked (in name order: no deadlock between masters
+-- serving queues in other orders) and read in its latest version, so claims of that queue
+-- take turns and each sees what the one before took; `allowed` is the least of this claim's
+-- budget, the master's own room in the queue (-Q emails=4), the cluster-wide room (taken -
+-- freed: freed read from the snapshot errs on the safe side) and the rate window's room. A
+-- queue without limits takes no lock, and its rows come from the same index scan as ever.
+-- A job with a concurrency key is leased only if its key_leases row goes in (the primary key
+-- decides a race); keys at their limit (by the snapshot) are skipped in the scan.
+-- Besides the leased jobs, one row with a NULL id per queue a limit held back: the reason
+-- (concurrency, rate, key, master_limit) and, for a rate, seconds until a start leaves the
+-- window.
+
 -- name: claim_jobs
--- Lease up to `limit` runnable jobs of unpaused queues in (priority, run_at, id) order: bump attempts and the fencing token.
+-- Lease up to `limit` runnable jobs of unpaused queues within their limits, ordered by `order`: bump attempts and the fencing token; plus a row per queue held back.
 WITH q AS (
-    SELECT name FROM {schema}.queues WHERE name = ANY(%(queues)s::text[]) AND NOT paused
-), cand AS (
-    SELECT c.id, c.priority, c.run_at
-      FROM q CROSS JOIN LATERAL (
-            SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
-             WHERE j.status = 'queued' AND j.queue = q.name AND j.run_at <= now()
+    SELECT k.name, u.pos, u.room, k.concurrency, k.rate_limit, k.rate_period, k.key_concurrency,
+           -- The rate window's bucket for this claim's starts (a fiftieth of the period, the
+           -- time rounded up: a start counts a little long, never too short) and its margin.
+           greatest(now(), to_timestamp(ceil(extract(epoch FROM now()) * 50
+                                             / extract(epoch FROM k.rate_period))
+                                        * extract(epoch FROM k.rate_period) / 50)) AS rate_bucket,
+           least(interval '1 second', k.rate_period) AS rate_margin
+      FROM unnest(%(queues)s::text[], %(rooms)s::integer[]) WITH ORDINALITY AS u(name, room, pos)
+      JOIN {schema}.queues k ON k.name = u.name
+     WHERE NOT k.paused
+), lim AS MATERIALIZED (
+    SELECT c.queue, c.taken, c.starts_at, c.starts_n, c.last_claim_at FROM {schema}.queue_claims c
+     WHERE c.queue IN (SELECT name FROM q WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+     ORDER BY c.queue
+       FOR UPDATE
+), spare AS (
+    SELECT l.queue,
+           CASE WHEN q.concurrency IS NOT NULL
+                THEN greatest(0, q.concurrency - (l.taken - r.freed))::integer END AS conc_left,
+           -- A claim whose clock is a margin behind the latest one's may have missed starts
+           -- the latter trimmed: it starts nothing, and tries again shortly.
+           CASE WHEN q.rate_limit IS NULL THEN NULL
+                WHEN now() < l.last_claim_at - q.rate_margin THEN 0
+                ELSE greatest(0, q.rate_limit - coalesce(
+                         (SELECT sum(w.n) FROM unnest(l.starts_at, l.starts_n) AS w(at, n)
+                           WHERE w.at > now() - q.rate_period), 0))::integer END AS rate_left,
+           CASE WHEN now() < l.last_claim_at - q.rate_margin THEN 0.05
+                ELSE extract(epoch FROM coalesce(
+                         (SELECT min(w.at) FROM unnest(l.starts_at) AS w(at)
+                           WHERE w.at > now() - q.rate_period), now())
+                         + q.rate_period - now())::float8 END AS rate_retry
+      FROM lim l JOIN q ON q.name = l.queue
+      JOIN {schema}.queue_releases r ON r.queue = l.queue
+), room AS (
+    SELECT q.name, q.pos, q.key_concurrency, q.concurrency IS NOT NULL AS counted,
+           a.allowed,
+           CASE WHEN a.allowed >= %(limit)s THEN NULL
+                WHEN a.allowed = f.conc_left THEN 'concurrency'
+                WHEN a.allowed = f.rate_left THEN 'rate'
+                ELSE 'master_limit' END AS reason,
+           f.rate_retry
+      FROM q LEFT JOIN spare f ON f.queue = q.name
+      CROSS JOIN LATERAL (SELECT least(%(limit)s, q.room, f.conc_left, f.rate_left) AS allowed) a
+), cand AS MATERIALIZED (
+    SELECT c.id, c.priority, c.run_at, c.concurrency_key, m.name AS queue, m.pos, m.allowed,
+           m.counted, m.key_concurrency,
+           row_number() OVER (PARTITION BY m.name ORDER BY c.priority, c.run_at, c.id) AS rn
+      FROM room m CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at, j.concurrency_key FROM {schema}.jobs j
+             WHERE j.status = 'queued' AND j.queue = m.name AND j.run_at <= now()
+               AND (j.concurrency_key IS NULL
+                    OR (SELECT count(*) FROM {schema}.key_leases kl
+                         WHERE kl.queue = m.name AND kl.key = j.concurrency_key)
+                       < m.key_concurrency)
              ORDER BY j.priority, j.run_at, j.id
-             LIMIT %(limit)s
+             LIMIT least(%(limit)s, m.allowed + 1)  -- one more than allowed: was one held back?
                FOR UPDATE SKIP LOCKED) c
-     ORDER BY c.priority, c.run_at, c.id
+), pick AS MATERIALIZED (
+    SELECT * FROM cand WHERE rn <= allowed
+     ORDER BY CASE WHEN %(order)s = 'round_robin' THEN rn END,
+              CASE WHEN %(order)s <> 'global' THEN mod(pos - 1 + %(turn)s, %(nqueues)s) END,
+              priority, run_at, id
      LIMIT %(limit)s
+), keyed AS (
+    SELECT p.id, p.queue, p.concurrency_key AS key, p.key_concurrency,
+           row_number() OVER (PARTITION BY p.queue, p.concurrency_key
+                              ORDER BY p.priority, p.run_at, p.id) AS krank
+      FROM pick p WHERE p.concurrency_key IS NOT NULL
+), kins AS (
+    -- The free slots of each key (by the snapshot), one to each of its jobs in order.
+    INSERT INTO {schema}.key_leases (queue, key, slot, job_id)
+    SELECT k.queue, k.key, s.slot, k.id
+      FROM keyed k CROSS JOIN LATERAL (
+            SELECT g.slot FROM generate_series(0, k.key_concurrency - 1) AS g(slot)
+             WHERE NOT EXISTS (SELECT FROM {schema}.key_leases kl
+                                WHERE kl.queue = k.queue AND kl.key = k.key AND kl.slot = g.slot)
+             ORDER BY g.slot OFFSET k.krank - 1 LIMIT 1) s
+     ORDER BY k.queue, k.key, s.slot  -- one order for all masters: racing inserts cannot deadlock
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+), upd AS (
+    UPDATE {schema}.jobs j
+       SET status = 'leased', attempts = j.attempts + 1, lease_token = j.lease_token + 1,
+           lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
+           started_at = now(), version = j.version + 1, counted = p.counted
+      FROM pick p
+     WHERE j.id = p.id AND (p.concurrency_key IS NULL OR p.id IN (SELECT job_id FROM kins))
+    RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes,
+              j.priority, j.idempotency_key, j.traceparent,
+              extract(epoch FROM j.created_at)::float8 AS created_at,
+              extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload,
+              j.counted
+), took AS (
+    UPDATE {schema}.queue_claims c
+       SET taken = c.taken + t.counted,
+           -- The window: earlier buckets and this claim's, trimmed a margin beyond a period.
+           starts_at = CASE WHEN q.rate_limit IS NULL THEN '{{}}' ELSE ARRAY(
+                           SELECT w.at FROM (SELECT o.at, o.n FROM unnest(c.starts_at, c.starts_n) AS o(at, n)
+                                             UNION ALL SELECT q.rate_bucket, t.started) w
+                            WHERE w.at > now() - q.rate_period - q.rate_margin
+                            GROUP BY w.at ORDER BY w.at) END,
+           starts_n = CASE WHEN q.rate_limit IS NULL THEN '{{}}' ELSE ARRAY(
+                           SELECT sum(w.n)::integer
+                             FROM (SELECT o.at, o.n FROM unnest(c.starts_at, c.starts_n) AS o(at, n)
+                                   UNION ALL SELECT q.rate_bucket, t.started) w
+                            WHERE w.at > now() - q.rate_period - q.rate_margin
+                            GROUP BY w.at ORDER BY w.at) END,
+           last_claim_at = greatest(c.last_claim_at, now())
+      FROM (SELECT u.queue, count(*) FILTER (WHERE u.counted) AS counted, count(*) AS started
+              FROM upd u WHERE u.queue IN (SELECT queue FROM lim) GROUP BY u.queue) t
+      JOIN q ON q.name = t.queue
+     WHERE c.queue = t.queue
+), held AS (
+    SELECT m.name AS queue, m.reason, CASE WHEN m.reason = 'rate' THEN m.rate_retry END AS retry
+      FROM room m
+     WHERE m.reason IS NOT NULL AND EXISTS (SELECT FROM cand c WHERE c.queue = m.name
+                                                                AND c.rn > c.allowed)
+    UNION ALL
+    SELECT DISTINCT p.queue, 'key', NULL::float8 FROM pick p
+     WHERE p.concurrency_key IS NOT NULL AND p.id NOT IN (SELECT job_id FROM kins)
 )
-UPDATE {schema}.jobs j
-   SET status = 'leased', attempts = j.attempts + 1, lease_token = j.lease_token + 1,
-       lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
-       started_at = now(), version = j.version + 1
-  FROM cand
- WHERE j.id = cand.id
-RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes, j.priority,
-          j.idempotency_key, j.traceparent, extract(epoch FROM j.created_at)::float8 AS created_at,
-          extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload
+SELECT id, lease_token, task, queue, attempts, max_attempts, crashes, priority, idempotency_key,
+       traceparent, created_at, waited, payload, NULL::text AS held, NULL::float8 AS retry
+  FROM upd
+UNION ALL
+SELECT NULL, NULL, NULL, queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, reason, retry
+  FROM held
 
 -- name: complete_jobs
 -- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted. Arrays go in binary (cheaper to send than quoted text).
@@ -215,14 +345,20 @@ WITH r AS (
       FROM r
      WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_owner = %(owner)s
        AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
-    RETURNING j.id, j.lease_token, j.attempts + r.refund AS attempts, j.started_at
+    RETURNING j.id, j.lease_token, j.attempts + r.refund AS attempts, j.started_at, j.queue,
+              j.counted, j.concurrency_key
+), freed AS (
+    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
+                                   array_agg(id), {ready_channel})
+      FROM upd WHERE counted OR concurrency_key IS NOT NULL
 )
 INSERT INTO {schema}.job_attempts
        (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
         error, traceback, result, log)
 SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, r.child, u.started_at, r.outcome,
        r.error, r.traceback, r.result::jsonb, r.log
-  FROM upd u JOIN r ON r.id = u.id
+  FROM upd u JOIN r ON r.id = u.id CROSS JOIN freed
 RETURNING job_id
 
 -- name: heartbeat
@@ -257,12 +393,18 @@ WITH x AS (
       FROM x
      WHERE j.id = x.id AND j.lease_token = x.lease_token
        AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
-    RETURNING j.id, j.lease_token, j.attempts, j.started_at, x.lease_owner
+    RETURNING j.id, j.lease_token, j.attempts, j.started_at, x.lease_owner, j.queue, j.counted,
+              j.concurrency_key
+), freed AS (
+    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
+                                   array_agg(id), {ready_channel})
+      FROM upd WHERE counted OR concurrency_key IS NOT NULL
 )
 INSERT INTO {schema}.job_attempts (job_id, lease_token, attempt, started_at, outcome, error)
 SELECT u.id, u.lease_token, u.attempts, u.started_at, 'lease_expired',
        'lease expired: its holder (' || coalesce(u.lease_owner, '?') || ') stopped renewing it'
-  FROM upd u
+  FROM upd u CROSS JOIN freed
 RETURNING job_id
 
 -- ===== transactional handlers (run by the child, on its own connection) ==================
@@ -282,14 +424,20 @@ WITH upd AS (
            version = j.version + 1
      WHERE j.id = %(id)s AND j.lease_token = %(token)s AND j.lease_owner = %(owner)s
        AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
-    RETURNING j.id, j.lease_token, j.attempts, j.started_at
+    RETURNING j.id, j.lease_token, j.attempts, j.started_at, j.queue, j.counted,
+              j.concurrency_key
+), freed AS (
+    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
+                                   array_agg(id), {ready_channel})
+      FROM upd WHERE counted OR concurrency_key IS NOT NULL
 )
 INSERT INTO {schema}.job_attempts
        (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
         result, log)
 SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, %(child)s, u.started_at, 'succeeded',
        %(result)s::jsonb, %(log)s
-  FROM upd u
+  FROM upd u CROSS JOIN freed
 RETURNING job_id
 
 -- ===== written by the master for observers ================================================
@@ -297,12 +445,13 @@ RETURNING job_id
 -- name: registry_upsert
 -- Insert or refresh this master's row in the worker registry.
 INSERT INTO {schema}.workers (owner, host, pid, app, queues, concurrency, busy, version, inflight,
-                             tasks)
+                             tasks, held)
 VALUES (%(owner)s, %(host)s, %(pid)s, %(app)s, %(queues)s, %(concurrency)s, %(busy)s,
-        %(version)s, %(inflight)s::jsonb, %(tasks)s)
+        %(version)s, %(inflight)s::jsonb, %(tasks)s, %(held)s::jsonb)
 ON CONFLICT (owner) DO UPDATE
    SET queues = EXCLUDED.queues, concurrency = EXCLUDED.concurrency, busy = EXCLUDED.busy,
-       inflight = EXCLUDED.inflight, tasks = EXCLUDED.tasks, last_seen = now()
+       inflight = EXCLUDED.inflight, tasks = EXCLUDED.tasks, held = EXCLUDED.held,
+       last_seen = now()
 
 -- name: registry_delete
 -- Remove this master's row at shutdown.
@@ -313,8 +462,9 @@ DELETE FROM {schema}.workers WHERE owner = %(owner)s
 DELETE FROM {schema}.workers WHERE last_seen < now() - make_interval(secs => %(stale)s)
 
 -- name: metrics_queue_depth
--- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes.
-SELECT k.name AS queue,
+-- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; and the queue's limits.
+SELECT k.name AS queue, k.concurrency, k.rate_limit AS rate,
+       extract(epoch FROM k.rate_period)::float8 AS rate_period_seconds, k.key_concurrency,
        (SELECT count(*) FROM {schema}.jobs j
          WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at <= now()) AS queued,
        (SELECT count(*) FROM {schema}.jobs j
@@ -326,9 +476,18 @@ SELECT k.name AS queue,
 -- name: unclaim
 -- Give back jobs this master claimed but no child started (none could take them, or they
 -- waited in a child that exited): their attempts are not counted.
-UPDATE {schema}.jobs j
-   SET status = 'queued', attempts = j.attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
-       started_at = NULL, version = j.version + 1
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
- WHERE j.id = u.id AND j.lease_token = u.token AND j.lease_owner = %(owner)s
-   AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
+WITH upd AS (
+    UPDATE {schema}.jobs j
+       SET status = 'queued', attempts = j.attempts - 1, lease_owner = NULL,
+           lease_expires_at = NULL, started_at = NULL, version = j.version + 1
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS u(id, token)
+     WHERE j.id = u.id AND j.lease_token = u.token AND j.lease_owner = %(owner)s
+       AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
+    RETURNING j.id, j.queue, j.counted, j.concurrency_key
+), freed AS (
+    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
+                                   array_agg(id), {ready_channel})
+      FROM upd WHERE counted OR concurrency_key IS NOT NULL
+)
+SELECT count(*) AS given_back FROM upd CROSS JOIN freed

@@ -74,6 +74,7 @@ _FIELD_PREFIXES = (
     ("invalid task name", "task"), ("invalid queue name", "queue"), ("queue ", "queue"),
     ("invalid priority", "priority"), ("invalid max_attempts", "max_attempts"),
     ("invalid idempotency key", "idempotency_key"), ("payload", "payload"),
+    ("invalid concurrency key", "concurrency_key"),
     ("invalid duration", "delay"), ("run_at", "run_at"), ("give run_at or delay", "delay"),
     ("invalid version", "version"), ("invalid status", "status"), ("invalid outcome", "outcome"),
     ("invalid rate", "rate"), ("invalid aging", "aging"), ("invalid retention", "retention"),

@@ -98,7 +98,8 @@ async def enqueue(request: Request, job: NewJob,
     d = db(request)
     result = await d.run(ops.enqueue(
         d.q, d.limit, job.task, job.payload, queue=job.queue, priority=job.priority,
-        run_at=job.run_at, delay=job.delay, max_attempts=job.max_attempts, idempotency_key=key))
+        run_at=job.run_at, delay=job.delay, max_attempts=job.max_attempts, idempotency_key=key,
+        concurrency_key=job.concurrency_key))
     return job_reply(result.job, 201 if result.created else 200, created=result.created)
 
 

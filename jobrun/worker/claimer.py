@@ -6,6 +6,11 @@ write. Rows no child can take go back to the queue uncounted (``unclaim``).
 
 The last claim coming back short means the queues are dry until a notification or the poll
 floor says otherwise, so a child freed meanwhile does not cost a claim statement.
+
+Limits (docs/dispatch.md) are enforced by the claim statement; the claimer passes this
+master's own room per queue (-Q emails=4, policy.dispatch.rooms) and the queue order, counts
+what the statement reports held back, and wakes itself when a rate window frees a start
+(other limits free up with a release, which NOTIFYs).
 """
 
 from __future__ import annotations
@@ -13,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import psycopg
 
 from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.logs import event
-from jobrun.policy import prefetch
+from jobrun.policy import dispatch, prefetch
 from jobrun.sql import Queries
 from jobrun.store import db
 from jobrun.worker.dispatcher import Dispatcher
@@ -38,7 +43,8 @@ class Claimer(Service):
 
     def __init__(self, dsn: str, queries: Queries, owner: str, settings: Settings,
                  dispatcher: Dispatcher, metrics: Metrics,
-                 on_db_ok: Callable[[], None]) -> None:
+                 on_db_ok: Callable[[], None],
+                 unwritten: Callable[[], list[Any]] = list) -> None:
         super().__init__()
         self.dsn = dsn
         self.q = queries
@@ -47,6 +53,7 @@ class Claimer(Service):
         self.dispatcher = dispatcher
         self.metrics = metrics
         self.on_db_ok = on_db_ok
+        self.unwritten = unwritten  # outcomes not yet written (their jobs are still leased)
         self.conn: psycopg.AsyncConnection | None = None
         self.wake_event = asyncio.Event()
         self.claimed = 0
@@ -55,6 +62,11 @@ class Claimer(Service):
         self._last_claim = 0.0
         self._waits: dict[str, Any] = {}
         self._unclaims: set[asyncio.Task] = set()
+        self._returning: dict[asyncio.Task, list[str]] = {}  # give-backs in flight: queues
+        self._turn = 0  # round_robin: the queue that goes first in the next claim
+        self._rate_wake: asyncio.TimerHandle | None = None
+        self._held: dict[tuple[str, str], Any] = {}
+        self.held: dict[str, dict[str, int]] = {}  # claims held back: queue -> reason -> count
 
     async def connect(self) -> None:
         """Open the claim connection, and warn if this host's clock is off the database's."""
@@ -102,6 +114,8 @@ class Claimer(Service):
                     continue
                 failures = await self._claim_once(s, failures)
         finally:
+            if self._rate_wake is not None:
+                self._rate_wake.cancel()
             for child in self.dispatcher.supervisor.alive():
                 if child.state is S.RESERVED:
                     child.state = S.IDLE
@@ -119,15 +133,19 @@ class Claimer(Service):
         announced = self._announced
         try:
             self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
-            cur = await self.conn.execute(self.q.claim_jobs, {
-                "queues": list(s.queues), "limit": limit, "owner": self.owner,
-                "ttl": s.lease_ttl})
+            cur = await self.conn.execute(self.q.claim_jobs, claim_params(
+                s.queues, limit, self.owner, s.lease_ttl, order=s.queue_order, turn=self._turn,
+                rooms=dispatch.rooms(s.queues, dict(s.queue_limits), self._held_by_queue())
+                if s.queue_limits else None))
             rows = await cur.fetchall()
             self._last_claim = time.monotonic()
             self.on_db_ok()
+            self._turn = dispatch.next_turn(self._turn, len(s.queues))
+            rows, mine_held = self._count_held(rows)
             # Short means dry, unless jobs were announced while the claim ran (its snapshot
-            # may predate them).
-            self._dry = len(rows) < limit and self._announced == announced
+            # may predate them), or this master's own limit held jobs back (a child that
+            # finishes one of them makes room).
+            self._dry = len(rows) < limit and self._announced == announced and not mine_held
         except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
             for child in idle:
                 if child.state is S.RESERVED:
@@ -152,6 +170,60 @@ class Claimer(Service):
         if len(rows) == limit and not orphans:
             self.wake()  # there may be more (not when rows went back: no child wants them)
         return 0
+
+    # --- limits (docs/dispatch.md) ---------------------------------------------------------
+
+    def _held_by_queue(self) -> dict[str, int]:
+        """This master's leased jobs per queue: running in a child or waiting in one, or
+        finished with the outcome not yet written."""
+        held: dict[str, int] = {}
+        for child in self.dispatcher.supervisor.alive():
+            for job in (child.job, *child.queued):
+                if job is not None:
+                    held[job.queue] = held.get(job.queue, 0) + 1
+        for done in self.unwritten():
+            held[done.queue] = held.get(done.queue, 0) + 1
+        for queues in self._returning.values():
+            for queue in queues:
+                held[queue] = held.get(queue, 0) + 1
+        return held
+
+    def _count_held(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+        """Split the claim's answer: the leased jobs, and the rows (id NULL) of queues a limit
+        held back, counted by reason; whether this master's own limit held any back. A rate
+        limit's row says when a start leaves the window: wake then."""
+        jobs = [r for r in rows if r["id"] is not None]
+        mine = False
+        if len(jobs) == len(rows):
+            return rows, mine
+        for row in rows:
+            if row["id"] is not None:
+                continue
+            key = (row["queue"], row["held"])
+            counter = self._held.get(key)
+            if counter is None:
+                counter = self._held[key] = self.metrics.held_back.labels(*key)
+            counter.inc()
+            by_reason = self.held.setdefault(row["queue"], {})
+            by_reason[row["held"]] = by_reason.get(row["held"], 0) + 1
+            mine = mine or row["held"] == "master_limit"
+            if row["retry"] is not None:
+                self._wake_at(row["retry"])
+        return jobs, mine
+
+    def _wake_at(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(0.001, delay)
+        if self._rate_wake is not None and not self._rate_wake.cancelled() \
+                and self._rate_wake.when() <= when:
+            return
+        if self._rate_wake is not None:
+            self._rate_wake.cancel()
+        self._rate_wake = loop.call_at(when, self._rate_window_moved)
+
+    def _rate_window_moved(self) -> None:
+        self._rate_wake = None
+        self.wake_for_jobs()
 
     # --- prefetch sizing (policy.prefetch) ------------------------------------------------
 
@@ -259,7 +331,10 @@ class Claimer(Service):
         """Give back, in the background, claimed jobs no child will start."""
         task = asyncio.get_running_loop().create_task(self.unclaim(rows))
         self._unclaims.add(task)
+        # Leased until given back (-Q NAME=N counts them).
+        self._returning[task] = [row["queue"] for row in rows if row.get("queue")]
         task.add_done_callback(self._unclaims.discard)
+        task.add_done_callback(self._returning.pop)
 
     async def given_back(self, timeout: float) -> None:
         """Wait for give-backs in flight."""
@@ -280,3 +355,13 @@ class Claimer(Service):
     async def close(self) -> None:
         if self.conn is not None:
             await self.conn.close()
+
+
+def claim_params(queues: Sequence[str], limit: int, owner: str, ttl: float, *,
+                 order: str = dispatch.DEFAULT_ORDER, turn: int = 0,
+                 rooms: Sequence[int | None] | None = None) -> dict[str, Any]:
+    """Parameters of ``claim_jobs``: the served queues in -Q order, this master's room in each
+    (None: no limit of its own), the queue order and the round_robin turn."""
+    return {"queues": list(queues), "rooms": list(rooms) if rooms else [None] * len(queues),
+            "limit": limit, "owner": owner, "ttl": ttl, "order": order, "turn": turn,
+            "nqueues": max(1, len(queues))}

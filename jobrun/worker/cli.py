@@ -47,7 +47,8 @@ cli = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0] if __doc__
 def run(
     app: Optional[str] = typer.Option(None, "-A", "--app", help="MODULE[:ATTR] holding a jobrun.App (attr default: app)"),
     concurrency: Optional[int] = typer.Option(None, "-c", "--concurrency", help="children (default: CPUs)"),
-    queues: Optional[str] = typer.Option(None, "-Q", "--queues", help="comma-separated queues (default: default)"),
+    queues: Optional[str] = typer.Option(None, "-Q", "--queues", help="comma-separated queues, each NAME or NAME=N (at most N of this master's jobs of it at once); default: default"),
+    queue_order: Optional[str] = typer.Option(None, "--queue-order", help="global (one priority order over all queues; default), priority (earlier -Q queues first) or round_robin (queues take turns)"),
     dsn: Optional[str] = typer.Option(None, "--dsn", help="PostgreSQL URL (default: config, env, else embedded)"),
     schema: Optional[str] = typer.Option(None, "--schema"),
     poll_interval: Optional[str] = typer.Option(None, "--poll-interval", help="claim poll floor, e.g. 0.2 or 500ms"),
@@ -70,7 +71,8 @@ def run(
 ) -> None:
     if config_file is not None:  # read at start and again on every HUP
         os.environ["JOBRUN_CONFIG"] = config_file
-    overrides = dict(app=app, concurrency=concurrency, queues=queues, database_url=dsn, schema=schema,
+    overrides = dict(app=app, concurrency=concurrency, queues=queues, queue_order=queue_order,
+                     database_url=dsn, schema=schema,
                      poll_interval=poll_interval, prefetch=prefetch,
                      prefetch_max_runtime=prefetch_max_runtime, max_tasks_per_child=max_tasks_per_child, spawn=spawn,
                      max_memory_per_child=max_memory_per_child, time_limit=time_limit,

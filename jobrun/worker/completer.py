@@ -54,6 +54,7 @@ class Completion:
     crashed: int = 0
     log: str | None = None  # what the handler logged
     refund: int = 0  # 1: the attempt does not count (released at shutdown)
+    queue: str = ""  # the job's queue: its lease counts against -Q NAME=N until written
 
 
 class Completer(Service):
@@ -76,6 +77,7 @@ class Completer(Service):
         self.on_db_error = on_db_error
         self.on_db_ok = on_db_ok
         self.pending: list[Completion] = []
+        self.writing: list[Completion] = []  # the batch being written
         self._work = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -87,6 +89,10 @@ class Completer(Service):
         self.pending.append(completion)
         self._idle.clear()
         self._work.set()
+
+    def unwritten(self) -> list[Completion]:
+        """Outcomes submitted and not yet written: their jobs are still leased."""
+        return self.writing + self.pending
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything submitted is written; False if it could not be in time."""
@@ -103,7 +109,9 @@ class Completer(Service):
                 self._work.clear()
                 while self.pending:
                     batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+                    self.writing = batch
                     await self._write(batch)
+                    self.writing = []
                     if self.pending and self.linger:
                         await asyncio.sleep(self.linger)  # busy: let the next batch fill
                 self._idle.set()

@@ -272,7 +272,7 @@ class Dispatcher(Service):
             if (job.id, job.token) in self.fenced:
                 self.fenced.discard((job.id, job.token))
             else:
-                rows.append({"id": job.id, "lease_token": job.token})
+                rows.append({"id": job.id, "lease_token": job.token, "queue": job.queue})
         if rows:
             event(log, logging.INFO, "jobs.given_back", child=child.index, pid=child.pid,
                   jobs=len(rows), reason=why)
@@ -295,7 +295,7 @@ class Dispatcher(Service):
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
             error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
             child=child_index, crashed=crashed, log=info.get("log"),
-            refund=1 if outcome == RELEASED else 0))
+            refund=1 if outcome == RELEASED else 0, queue=job.queue))
 
     def jobs_done(self) -> int:
         """Jobs whose outcome this master recorded (released and given-back ones aside)."""

@@ -15,6 +15,7 @@ crashes stops the master (exit 1).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -138,7 +139,7 @@ class Master:
                                      give_back=lambda rows: self.claimer.give_back(rows), changed=self._changed,
                                      fatal=self._fatal, reload_failed=self.systemd.reload_failed)
         self.claimer = Claimer(self.dsn, self.q, self.owner, s, self.dispatcher, m,
-                               on_db_ok=self.note_db_ok)
+                               on_db_ok=self.note_db_ok, unwritten=self.completer.unwritten)
         self.notifier = Notifier(self.dsn, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
         self.reaper = Reaper(self.dsn, self.q, interval=reap_interval(s.lease_ttl),
@@ -228,7 +229,7 @@ class Master:
         return {"owner": self.owner, "host": self.host, "pid": self.pid, "app": self.settings.app,
                 "queues": list(self.settings.queues), "concurrency": self.dispatcher.target,
                 "busy": len(inflight), "version": __version__, "inflight": inflight,
-                "tasks": sorted(self.dispatcher.tasks)}
+                "tasks": sorted(self.dispatcher.tasks), "held": json.dumps(self.claimer.held)}
 
     def health(self) -> dict[str, Any]:
         """Event loop alive (it is answering), database reached recently, children up."""

@@ -61,6 +61,14 @@ class Metrics:
                             " (each by the steps it was owed)", ["queue"], registry=r)
         self.refused = Counter("jobrun_completion_refused",
                                "Outcomes the fencing guard refused (lease lost)", registry=r)
+        self.held_back = Counter(
+            "jobrun_claim_held_back", "Claims that left runnable jobs of a queue queued because of"
+            " a limit (reason: concurrency, rate, key, master_limit)", ["queue", "reason"],
+            registry=r)
+        self.queue_limit = Gauge(
+            "jobrun_queue_limit", "A queue's limits (cached): concurrency (cluster-wide leased),"
+            " rate (starts per rate_period_seconds), rate_period_seconds, key_concurrency",
+            ["queue", "limit"], registry=r)
         self.claim_batch = Histogram("jobrun_claim_batch_size", "Jobs per claim statement",
                                      buckets=BATCH_BUCKETS, registry=r)
         self.db_errors = Counter("jobrun_db_errors", "Database errors by operation", ["op"],
@@ -97,9 +105,13 @@ class Metrics:
 
     def set_depth(self, rows: list[dict]) -> None:
         self.queue_depth.clear()
+        self.queue_limit.clear()
         for row in rows:
             for status in ("queued", "scheduled", "leased"):
                 self.queue_depth.labels(row["queue"], status).set(row[status])
+            for limit in ("concurrency", "rate", "rate_period_seconds", "key_concurrency"):
+                if row.get(limit) is not None:
+                    self.queue_limit.labels(row["queue"], limit).set(row[limit])
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from jobrun.testing import wait_for
+from jobrun.worker.claimer import claim_params
 from tests.invariants import nothing_lost
 from tests.masterproc import MasterProcess, title
 
@@ -275,7 +276,7 @@ def test_stale_token_can_neither_extend_nor_finish(client, conn, schema):
     from jobrun.sql import for_schema
     q = for_schema(schema)
     job_id = client.enqueue("noop").job.id
-    claim = {"queues": ["default"], "limit": 1, "owner": "m1", "ttl": 30}
+    claim = claim_params(["default"], 1, "m1", 30)
     first = conn.execute(q.claim_jobs, claim).fetchone()
     conn.execute(sql.SQL("UPDATE {} SET status = 'queued', lease_owner = NULL WHERE id = %s")
                  .format(sql.Identifier(schema, "jobs")), [job_id])  # as the reaper would
@@ -300,8 +301,7 @@ def test_reaper_requeues_expired_and_kills_spent(client, conn, schema):
     q = for_schema(schema)
     retry_id = client.enqueue("noop", max_attempts=3).job.id
     spent_id = client.enqueue("noop", max_attempts=1).job.id
-    claimed = conn.execute(q.claim_jobs, {"queues": ["default"], "limit": 2, "owner": "gone",
-                                          "ttl": 0.001}).fetchall()
+    claimed = conn.execute(q.claim_jobs, claim_params(["default"], 2, "gone", 0.001)).fetchall()
     assert {r["id"] for r in claimed} == {retry_id, spent_id}
     wait_for(lambda: conn.execute(sql.SQL("SELECT bool_and(lease_expires_at < now()) AS x FROM {}")
                                   .format(sql.Identifier(schema, "jobs"))).fetchone()["x"],

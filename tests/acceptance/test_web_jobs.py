@@ -191,3 +191,27 @@ def test_unknown_routes_and_methods(api):
     envelope(api.get("/nothing/here"), 404, "not_found")
     envelope(api.put("/jobs"), 405, "method_not_allowed")
     assert json.loads(api.get("/healthz").text)["ok"] is True
+
+
+def test_concurrency_key_and_queue_defaults(api, pg_dsn, web_schema):
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("UPDATE {} SET priority_default = -4, max_attempts = 7,"
+                             " version = version + 1 WHERE name = 'default'").format(
+            sql.Identifier(web_schema, "queues")))
+    r = api.post("/jobs", json={"task": "t", "concurrency_key": "customer:42"})
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert (job["priority"], job["max_attempts"], job["concurrency_key"]) == (-4, 7, "customer:42")
+    r = api.post("/jobs/batch", json={"jobs": [{"task": "t", "concurrency_key": "c:1"},
+                                               {"task": "t", "priority": 2}]})
+    assert r.status_code == 201, r.text
+    first, second = (api.get(f"/jobs/{j['id']}").json() for j in r.json()["jobs"])
+    assert (first["concurrency_key"], first["priority"], second["priority"]) == ("c:1", -4, 2)
+    before = count_jobs(pg_dsn, web_schema)
+    err = envelope(api.post("/jobs", json={"task": "t", "concurrency_key": "a\nb"}), 422,
+                   "validation_failed")
+    assert "concurrency_key" in err["fields"], err
+    err = envelope(api.post("/jobs/batch", json={"jobs": [{"task": "t", "concurrency_key": ""}]}),
+                   422, "validation_failed")
+    assert "jobs.0.concurrency_key" in err["fields"], err
+    assert count_jobs(pg_dsn, web_schema) == before

@@ -317,3 +317,14 @@ def test_embedded_zero_setup(tmp_path):
     listed = ok_json(run(environ, "list", "--json", cwd=tmp_path))
     assert [(j["id"], j["task"], j["payload"]) for j in listed] == [(job["id"], "zero.setup", {"n": 1})]
     assert (tmp_path / ".jobrun" / "pg").is_dir()
+
+
+def test_enqueue_with_a_concurrency_key_and_the_queue_defaults(cli, pg_dsn, schema):
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("UPDATE {} SET priority_default = 9, max_attempts = 2,"
+                             " version = version + 1 WHERE name = 'default'").format(
+            sql.Identifier(schema, "queues")))
+    job = ok_json(cli("enqueue", "t", "--concurrency-key", "customer:42", "--json"))
+    assert (job["priority"], job["max_attempts"], job["concurrency_key"]) == (9, 2, "customer:42")
+    line = fails(cli("enqueue", "t", "--concurrency-key", "a\tb"))
+    assert "invalid concurrency key" in line

@@ -10,6 +10,7 @@ from psycopg.rows import dict_row
 
 from jobrun.sql import for_schema
 from jobrun.worker.completer import Completer, Completion
+from jobrun.worker.claimer import claim_params
 
 
 def test_a_statement_error_keeps_the_batch_until_it_can_be_written(pg_dsn, schema, client):
@@ -17,8 +18,7 @@ def test_a_statement_error_keeps_the_batch_until_it_can_be_written(pg_dsn, schem
     q = for_schema(schema)
     owner = "test:1:completer"
     with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
-        [row] = conn.execute(q.claim_jobs, {"queues": ["default"], "limit": 1, "owner": owner,
-                                            "ttl": 60}).fetchall()
+        [row] = conn.execute(q.claim_jobs, claim_params(["default"], 1, owner, 60)).fetchall()
         jobs = sql.Identifier(schema, "jobs")
 
         async def scenario() -> bool:

@@ -11,6 +11,7 @@ import pytest
 
 import jobrun
 from jobrun.errors import Refused, StaleVersion
+from jobrun.worker.claimer import claim_params
 
 OWNER = "test-host:1:abc"
 
@@ -27,7 +28,7 @@ def execute(client, query, params):
 
 def claim(client):
     return execute(client, client.queries.claim_jobs,
-                   {"queues": ["default"], "limit": 10, "owner": OWNER, "ttl": 30})
+                   claim_params(["default"], 10, OWNER, 30))
 
 
 def complete(client, job_id, token, status, outcome):

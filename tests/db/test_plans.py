@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from jobrun.sql import for_schema
+from jobrun.worker.claimer import claim_params
 
 BY_ID = ["complete_jobs", "heartbeat", "unclaim", "complete_transactional", "record_handler_session"]
 
@@ -37,8 +38,7 @@ def test_updates_by_id_use_the_primary_key_under_a_generic_plan(pg_dsn, client, 
     q = for_schema(schema)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "jobs")))  # none leased
-        claimed = conn.execute(q.claim_jobs, {"queues": ["default"], "limit": 2000, "owner": "o",
-                                              "ttl": 30}).fetchall()
+        claimed = conn.execute(q.claim_jobs, claim_params(["default"], 2000, "o", 30)).fetchall()
         assert len(claimed) == 2000
         text, count = positional(getattr(q, name))
         conn.execute(f"PREPARE s AS {text}")

@@ -16,6 +16,7 @@ from psycopg.conninfo import make_conninfo
 
 import jobrun
 from jobrun.sql import for_schema
+from jobrun.worker.claimer import claim_params
 from jobrun.testing import wait_for
 from tests.masterproc import MasterProcess
 
@@ -63,7 +64,7 @@ def test_producer_enqueues_but_cannot_lease_update_or_delete(roles, schema):
             sql.Identifier(schema))).fetchone()
         assert row[0] > job.id
         with pytest.raises(errors.InsufficientPrivilege):
-            conn.execute(q.claim_jobs, {"queues": ["default"], "limit": 1, "owner": "x", "ttl": 30})
+            conn.execute(q.claim_jobs, claim_params(["default"], 1, "x", 30))
         for statement in ("UPDATE {}.jobs SET status = 'leased'", "DELETE FROM {}.jobs",
                           "DELETE FROM {}.job_attempts", "UPDATE {}.queues SET paused = true"):
             with pytest.raises(errors.InsufficientPrivilege):
