@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 from jobrun.sql import for_schema
 from jobrun.store import db
 from jobrun.worker.aging import AgingSweeper
+from jobrun.worker.claimer import claim_params
 
 
 @pytest.fixture
@@ -119,7 +120,7 @@ def test_claim_and_sweep_plans_stay_on_the_index_at_100k(client, conn, schema):
     conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "jobs")))
     assert len(age(conn, schema, ["aged"], batch=10_000)) == 5_000  # aging has moved rows
     q = for_schema(schema)
-    for name, params in [("claim_jobs", {"queues": ["aged"], "limit": 50, "owner": "o", "ttl": 30}),
+    for name, params in [("claim_jobs", claim_params(["aged"], 50, "o", 30)),
                          ("age_queued", {"queues": ["aged"], "batch": 500})]:
         rows = conn.execute("EXPLAIN " + getattr(q, name), params).fetchall()
         text = "\n".join(r["QUERY PLAN"] for r in rows)

@@ -11,6 +11,7 @@ from psycopg import sql
 
 import jobrun
 from jobrun.errors import Conflict, InvalidInput, NotFound, Refused, StaleVersion
+from jobrun.worker.claimer import claim_params
 
 
 def execute(pg_dsn, query):
@@ -77,8 +78,7 @@ def test_list_counts_runnable_scheduled_and_leased(client):
         client.enqueue("t", i, queue="emails")
     client.enqueue("t", queue="emails", delay="1h")
     with client._connection() as conn:  # lease one
-        conn.execute(client.queries.claim_jobs, {"queues": ["emails"], "limit": 1,
-                                                 "owner": "o", "ttl": 30})
+        conn.execute(client.queries.claim_jobs, claim_params(["emails"], 1, "o", 30))
     got = {q["name"]: (q["queued"], q["scheduled"], q["leased"]) for q in client.queue_list()}
     assert got == {"default": (0, 0, 0), "emails": (2, 1, 1)}
 
