@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.common` impor
 
 from jobrun import validate  # noqa: E402
 from jobrun.sql import for_schema  # noqa: E402
+from jobrun.worker.claimer import claim_params  # noqa: E402
 
 from benchmarks.common import (Bench, add_db_args, describe_code, int_list, machine, median,  # noqa: E402
                                percentile, print_table, run_main)
@@ -79,7 +80,7 @@ def run(bench: Bench, args: argparse.Namespace, size: int, aging: float | None) 
         print(f"\n== {size:,} queued, aging {'off' if aging is None else f'{aging:g}s'}"
               f" (filled in {time.monotonic() - t:.1f}s; {settle:,} promotions to settle)",
               flush=True)
-        params = {"queues": [QUEUE], "limit": args.batch, "owner": "bench", "ttl": 30}
+        params = claim_params([QUEUE], args.batch, "bench", 30)
         claims, sweeps, promoted = [], [], []
         for _ in range(args.claims):
             t0 = time.perf_counter()
