@@ -88,7 +88,9 @@ def test_the_scan_can_fail(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", SECRET],
                             stdin=subprocess.PIPE)
     try:
-        assert SECRET in _titles()
+        # Until the fork has exec'd, the new process shows the parent's command line.
+        wait_for(lambda: SECRET in _titles(), timeout=10, interval=0.02,
+                 message="the canary in a process title")
     finally:
         proc.stdin.close()
         proc.wait(10)

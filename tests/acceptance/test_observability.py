@@ -58,7 +58,9 @@ def test_metrics_health_and_registry(db_env, tmp_path, client, conn, schema):
             ok = values.get(("jobrun_jobs_total", (("outcome", "succeeded"), ("queue", "default"),
                                                    ("task", "noop")))) == 5
             depth = values.get(("jobrun_queue_depth", (("queue", "default"), ("status", "scheduled"))))
-            return (status, values) if ok and depth == 1 else None
+            # The children gauge follows the children's own reports: wait for both to be idle.
+            idle = values.get(("jobrun_children", (("state", "idle"),)))
+            return (status, values) if ok and depth == 1 and idle == 2 else None
         status, values = wait_for(scraped, timeout=15, message="metrics to show the jobs")
         assert status == 200
         assert values[("jobrun_jobs_total", (("outcome", "failed"), ("queue", "default"),
