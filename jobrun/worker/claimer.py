@@ -58,6 +58,7 @@ class Claimer(Service):
         self.wake_event = asyncio.Event()
         self.claimed = 0
         self._dry = False
+        self.backlogged = False  # the last claim came back full: jobs wait in the queue
         self._announced = 0  # notifications so far: one that arrives during a claim undries
         self._last_claim = 0.0
         self._waits: dict[str, Any] = {}
@@ -146,6 +147,7 @@ class Claimer(Service):
             # may predate them), or this master's own limit held jobs back (a child that
             # finishes one of them makes room).
             self._dry = len(rows) < limit and self._announced == announced and not mine_held
+            self.backlogged = len(rows) == limit
         except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
             for child in idle:
                 if child.state is S.RESERVED:

@@ -1,10 +1,12 @@
 """Record attempt outcomes in batches: one statement per batch, no per-job round trip.
 
-Batching adapts to load: a result that finds the completer idle is written at once. Results
-that arrive while a flush runs mean the master is busy: they are written by the next flush,
-which starts ``linger`` seconds after the previous one ended, so the batch can fill. An idle
-master therefore writes each result at once, and a busy one writes many per statement (at
-most about 1/linger statements a second), each result waiting at most ``linger`` longer.
+Batching adapts to load: a result that finds the completer idle is written at once, and
+results that arrive while a flush runs are written by the next flush, which starts as soon as
+that one ends. Only while jobs wait in the queue (``backlogged``: the last claim came back
+full) does the next flush start ``linger`` seconds after the previous one ended, so the batch
+can fill: those jobs waited in the queue anyway, and fewer statements leave more of the
+machine to the backlog (at most about 1/linger statements a second). With the queue keeping
+up, a result waits at most for the flush in progress, never for a timer.
 
 Every row is guarded by (owner, fencing token, status = 'leased'); a row the guard refuses
 is a lease this master lost (reaped and perhaps re-run elsewhere), counted, not an error.
@@ -64,9 +66,11 @@ class Completer(Service):
                  on_refused: Callable[[list[Completion]], None] | None = None,
                  on_recorded: Callable[[list[Completion]], None] | None = None,
                  on_db_error: Callable[[], None] | None = None, linger: float = 0.0,
-                 on_db_ok: Callable[[], None] | None = None) -> None:
+                 on_db_ok: Callable[[], None] | None = None,
+                 backlogged: Callable[[], bool] = lambda: True) -> None:
         super().__init__()
         self.linger = linger
+        self.backlogged = backlogged
         self.dsn = dsn
         self.q = queries
         self.owner = owner
@@ -112,8 +116,8 @@ class Completer(Service):
                     self.writing = batch
                     await self._write(batch)
                     self.writing = []
-                    if self.pending and self.linger:
-                        await asyncio.sleep(self.linger)  # busy: let the next batch fill
+                    if self.pending and self.linger and self.backlogged():
+                        await asyncio.sleep(self.linger)  # a backlog: let the next batch fill
                 self._idle.set()
         finally:
             if self._conn is not None:

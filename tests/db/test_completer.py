@@ -38,3 +38,54 @@ def test_a_statement_error_keeps_the_batch_until_it_can_be_written(pg_dsn, schem
 
         assert asyncio.run(scenario())
     assert client.get(job_id).status == "succeeded"
+
+
+def _gap_between_flushes(pg_dsn, schema, client, *, backlogged: bool, linger: float) -> float:
+    """Seconds from the first flush's end to the second's: the second result arrives while the
+    first flush is held up by a row lock."""
+    ids = [client.enqueue("noop").job.id for _ in range(2)]
+    q = for_schema(schema)
+    owner = "test:1:completer"
+    with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn, \
+            psycopg.connect(pg_dsn) as blocker:
+        rows = conn.execute(q.claim_jobs, claim_params(["default"], 2, owner, 60)).fetchall()
+        token = {r["id"]: r["lease_token"] for r in rows}
+        blocker.execute(sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(
+            sql.Identifier(schema, "jobs")), [ids[0]])
+
+        async def scenario() -> list[float]:
+            flushed: list[float] = []
+            loop = asyncio.get_running_loop()
+            completer = Completer(pg_dsn, q, owner, "host", 1, linger=linger,
+                                  backlogged=lambda: backlogged,
+                                  on_recorded=lambda done: flushed.append(loop.time()))
+            completer.start()
+            for job_id in ids:
+                completer.submit(Completion(id=job_id, token=token[job_id], status="succeeded",
+                                            outcome="succeeded", result="null"))
+                await wait_for_async(lambda: completer.writing, 20)  # the first flush is stuck
+            blocker.commit()
+            assert await completer.drain(20 + linger)
+            await completer.stop()
+            return flushed
+
+        flushed = asyncio.run(scenario())
+    assert [client.get(i).status for i in ids] == ["succeeded", "succeeded"]
+    assert len(flushed) == 2
+    return flushed[1] - flushed[0]
+
+
+async def wait_for_async(condition, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+def test_results_during_a_flush_are_written_right_after_it_when_the_queue_keeps_up(
+        pg_dsn, schema, client):
+    assert _gap_between_flushes(pg_dsn, schema, client, backlogged=False, linger=3.0) < 2.0
+
+
+def test_with_a_backlog_the_next_flush_waits_the_linger_so_the_batch_fills(pg_dsn, schema, client):
+    assert _gap_between_flushes(pg_dsn, schema, client, backlogged=True, linger=1.0) >= 1.0
