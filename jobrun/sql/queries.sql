@@ -458,8 +458,12 @@ ON CONFLICT (owner) DO UPDATE
 DELETE FROM {schema}.workers WHERE owner = %(owner)s
 
 -- name: registry_purge_stale
--- Drop registry rows of masters not seen for `stale` seconds (they died without saying so).
-DELETE FROM {schema}.workers WHERE last_seen < now() - make_interval(secs => %(stale)s)
+-- Drop registry rows of masters not seen for `stale` seconds (they died without saying so); returns how many masters are live.
+WITH gone AS (
+    DELETE FROM {schema}.workers WHERE last_seen < now() - make_interval(secs => %(stale)s)
+)
+SELECT count(*) AS live FROM {schema}.workers
+ WHERE last_seen >= now() - make_interval(secs => %(stale)s)
 
 -- name: metrics_queue_depth
 -- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; and the queue's limits.

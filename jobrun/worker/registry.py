@@ -4,7 +4,8 @@ Each master keeps one row in ``workers`` (host, pid, app, queues, concurrency, b
 in-flight jobs, version, started, last seen) and deletes it when it stops; rows of masters
 that died without a word go stale and are purged by any master. The same loop refreshes the
 cached queue depth that /metrics serves, so a scrape never queries the database; with a deep
-backlog that count is refreshed less often, so it never takes more than a tenth of the time.
+backlog that count is refreshed less often, so that the counts of all live masters together
+take no more than a tenth of one master's time (each of M masters counts M times less often).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from jobrun.sql import Queries
 
 log = logging.getLogger("jobrun.registry")
 STALE_AFTER = 30.0
+
+
+def depth_pause(interval: float, took: float, masters: int) -> float:
+    """Seconds until the next queue-depth count: counting a deep backlog is not free, and every
+    live master counts the same rows, so together they spend at most a tenth of the time."""
+    return max(interval, 10 * took * max(1, masters))
 
 
 class Registry(Service):
@@ -53,14 +60,14 @@ class Registry(Service):
         row = self.row()
         row["inflight"] = json.dumps(row["inflight"])
         await conn.execute(self.q.registry_upsert, row)
-        await conn.execute(self.q.registry_purge_stale, {"stale": STALE_AFTER})
+        cur = await conn.execute(self.q.registry_purge_stale, {"stale": STALE_AFTER})
+        live = (await cur.fetchone())["live"]
         if time.monotonic() >= self._next_depth:
-            # Counting a deep backlog is not free: keep it under a tenth of this loop's time.
             started = time.monotonic()
             cur = await conn.execute(self.q.metrics_queue_depth)
             self.on_depth(await cur.fetchall())
-            took = time.monotonic() - started
-            self._next_depth = time.monotonic() + max(self.interval, 10 * took)
+            self._next_depth = time.monotonic() + depth_pause(
+                self.interval, time.monotonic() - started, live)
 
     async def _run(self) -> None:
         failures = 0
