@@ -16,6 +16,12 @@ bound would then have to include.
 
 Timing: each queue is swept every ``sweep_interval(A)``; the queues' settings are read again
 every IDLE_POLL seconds, so a queue that starts (or stops) aging is noticed within that.
+
+Bounded work: a statement promotes at most ``batch`` jobs (its own short transaction), and a
+pass runs at most ``max_batches`` statements. A pass whose last batch was full leaves its
+queues due at once: the next pass follows without a pause, after the settings' read, so a
+backlog owed many steps (aging switched on over a million waiting jobs) is worked off in
+bounded steps rather than by one pass that runs for minutes.
 """
 
 from __future__ import annotations
@@ -36,11 +42,14 @@ from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
 
 log = logging.getLogger("jobrun.aging")
 
+MAX_BATCHES = 20  # statements per pass: at most batch * MAX_BATCHES jobs promoted per pass
+
 
 class AgingSweeper(Service):
     name = "aging"
 
     def __init__(self, dsn: str, queries: Queries, queues: list[str], *, batch: int = 500,
+                 max_batches: int = MAX_BATCHES,
                  on_aged: Callable[[str, int], None] | None = None,
                  on_db_error: Callable[[], None] | None = None) -> None:
         super().__init__()
@@ -48,9 +57,11 @@ class AgingSweeper(Service):
         self.q = queries
         self.queues = list(queues)
         self.batch = batch
+        self.max_batches = max_batches
         self.on_aged = on_aged
         self.on_db_error = on_db_error
         self.aged = 0
+        self.statements = 0                    # age_queued statements run
         self.intervals: dict[str, float] = {}  # queue -> seconds between its sweeps
         self._read_at = 0.0                    # monotonic: next read of the settings
         self._next: dict[str, float] = {}      # queue -> monotonic time of its next sweep
@@ -91,25 +102,30 @@ class AgingSweeper(Service):
             self._read_at = now + IDLE_POLL
         due = [n for n, at in self._next.items() if at <= now]
         if due:
-            await self.age(conn, due)
-            for n in due:
-                self._next[n] = now + self.intervals[n]
+            _, more = await self.age(conn, due)
+            for n in due:  # a pass cut short leaves its queues due: the next follows at once
+                self._next[n] = now if more else now + self.intervals[n]
         ahead = [at - now for at in self._next.values()]
         return max(0.0, next_wait(ahead + [self._read_at - now]))
 
-    async def age(self, conn: psycopg.AsyncConnection, queues: list[str]) -> int:
-        """Promote every job of ``queues`` that is owed a step, a batch per statement."""
-        total = 0
-        while True:
+    async def age(self, conn: psycopg.AsyncConnection, queues: list[str]) -> tuple[int, bool]:
+        """Promote jobs of ``queues`` that are owed a step, a batch per statement, at most
+        ``max_batches`` statements: (jobs promoted, whether the last batch was full, so more
+        may be owed)."""
+        total, more = 0, True
+        for _ in range(self.max_batches):
             cur = await conn.execute(self.q.age_queued, {"queues": queues, "batch": self.batch})
             rows = await cur.fetchall()
+            self.statements += 1
             for queue, n in Counter(r["queue"] for r in rows).items():
                 if self.on_aged:
                     self.on_aged(queue, n)
             total += len(rows)
             if len(rows) < self.batch:
+                more = False
                 break
         if total:
-            event(log, logging.DEBUG, "aging.promoted", jobs=total, queues=",".join(queues))
+            event(log, logging.DEBUG, "aging.promoted", jobs=total, queues=",".join(queues),
+                  more=more)
         self.aged += total
-        return total
+        return total, more

@@ -160,3 +160,29 @@ def test_an_operator_retry_starts_afresh_at_the_enqueued_priority(client, conn, 
     client.cancel(job["id"])
     back = client.retry(job["id"])
     assert (back.priority, back.base_priority, back.aged_at) == (30, None, None)
+
+
+def test_a_pass_runs_at_most_max_batches_statements_and_the_next_follows_at_once(
+        client, pg_dsn, conn, schema):
+    client.queue_add("aged", aging="1m")
+    fill(conn, schema, "aged", 25, 10, "5 minutes")  # each owed 5 steps
+    sweeper = AgingSweeper(pg_dsn, for_schema(schema), ["aged"], batch=4, max_batches=3)
+
+    async def go():
+        c = await db.connect_async(pg_dsn)
+        try:
+            waits = [await sweeper.sweep(c, 100.0)]  # 3 statements of 4: cut short
+            promoted = sweeper.aged
+            while sweeper.aged < 25:
+                waits.append(await sweeper.sweep(c, 100.0))
+            statements = sweeper.statements
+            await sweeper.sweep(c, 100.0)  # nothing owed: back on its interval, no statement
+            return promoted, waits, statements
+        finally:
+            await c.close()
+
+    promoted, waits, statements = asyncio.run(go())
+    assert promoted == 12
+    assert waits[:2] == [0.0, 0.0] and waits[2] > 0 and len(waits) == 3, waits  # 12, 12, 1
+    assert statements == 7 and sweeper.statements == 7
+    assert {j["priority"] for j in jobs(conn, schema)} == {5}
