@@ -47,7 +47,8 @@ def test_the_claims_estimate_is_flat_in_the_depth_of_the_queue(pg_dsn, client, s
         fill(conn, schema, "deep", DEEP - 2_000)
         if aging:  # rows spread over the levels aging writes (a few batches suffice)
             for _ in range(4):
-                conn.execute(for_schema(schema).age_queued, {"queues": ["deep"], "batch": 5_000})
+                conn.execute(for_schema(schema).age_queued,
+                             {"queues": ["deep"], "batch": 5_000, "start": -100})
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "jobs")))
         deep = claim_cost(conn, schema, "deep")
         jit_above = float(conn.execute("SELECT current_setting('jit_above_cost')").fetchone()[0])
