@@ -5,7 +5,8 @@ waiting (jobrun/policy/aging.py). The claim orders by the stored priority on its
 (jobs_claim), so the steps are written into the rows: each pass runs ``age_queued`` for the
 queues due, which walks each queue's priority levels through jobs_claim and promotes the due
 prefix of each level (run_at order), in batches. A pass costs index descents per priority
-level present plus the rows it promotes, never a scan of the queue (docs/queues.md).
+level present plus the rows it promotes and those promoted into their level within the last
+interval (skipped by a filter), never a scan of the queue (docs/queues.md).
 
 Every master runs it, for the queues it serves; concurrent sweeps are safe without a leader:
 rows are locked FOR UPDATE SKIP LOCKED (a row another sweep or a claim holds is skipped), and
@@ -42,7 +43,7 @@ from jobrun.worker.lifecycle import PeriodicDbService
 
 log = logging.getLogger("jobrun.aging")
 
-MAX_BATCHES = 20  # statements per pass: at most batch * MAX_BATCHES jobs promoted per pass
+MAX_BATCHES = 20  # statements per queue per pass: at most batch * MAX_BATCHES jobs promoted
 
 
 class AgingSweeper(PeriodicDbService):
