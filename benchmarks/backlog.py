@@ -66,7 +66,7 @@ def complete_params(query: str, rows: list[tuple[int, int]]) -> dict[str, Any]:
         "host": socket.gethostname(), "pid": 1,
     }
     params: dict[str, Any] = {}
-    for name, cast in re.findall(r"%\((\w+)\)s(::[\w\[\]]+)?", query):
+    for name, cast in re.findall(r"%\((\w+)\)[sb](::[\w\[\]]+)?", query):
         if name in known:
             params[name] = known[name]
         elif cast in ("::integer[]", "::bigint[]", "::smallint[]"):

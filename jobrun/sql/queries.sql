@@ -242,15 +242,22 @@ WITH q AS (
            m.counted, m.key_concurrency,
            row_number() OVER (PARTITION BY m.name ORDER BY c.priority, c.run_at, c.id) AS rn
       FROM room m CROSS JOIN LATERAL (
-            SELECT j.id, j.priority, j.run_at, j.concurrency_key FROM {schema}.jobs j
-             WHERE j.status = 'queued' AND j.queue = m.name AND j.run_at <= now()
-               AND (j.concurrency_key IS NULL
-                    OR (SELECT count(*) FROM {schema}.key_leases kl
-                         WHERE kl.queue = m.name AND kl.key = j.concurrency_key)
-                       < m.key_concurrency)
-             ORDER BY j.priority, j.run_at, j.id
-             LIMIT least(%(limit)s, m.allowed + 1)  -- one more than allowed: was one held back?
-               FOR UPDATE SKIP LOCKED) c
+            -- The outer LIMIT never cuts (the inner one is at most `limit`); it gives the
+            -- planner a bound it can read. A LIMIT it cannot evaluate is taken as a tenth of
+            -- the queue, so the claim's estimated cost grew with the queue's depth and, past
+            -- jit_above_cost (about 120k queued), every claim was JIT-compiled: 2.5 s a claim
+            -- at 1M queued where JIT is available (docs/queues.md, tests/db/test_claim_cost.py).
+            SELECT * FROM (
+                SELECT j.id, j.priority, j.run_at, j.concurrency_key FROM {schema}.jobs j
+                 WHERE j.status = 'queued' AND j.queue = m.name AND j.run_at <= now()
+                   AND (j.concurrency_key IS NULL
+                        OR (SELECT count(*) FROM {schema}.key_leases kl
+                             WHERE kl.queue = m.name AND kl.key = j.concurrency_key)
+                           < m.key_concurrency)
+                 ORDER BY j.priority, j.run_at, j.id
+                 LIMIT least(%(limit)s, m.allowed + 1)  -- one more than allowed: held back?
+                   FOR UPDATE SKIP LOCKED) s
+             LIMIT %(limit)s) c
 ), pick AS MATERIALIZED (
     SELECT * FROM cand WHERE rn <= allowed
      ORDER BY CASE WHEN %(order)s = 'round_robin' THEN rn END,

@@ -88,20 +88,23 @@ SELECT name, extract(epoch FROM aging)::float8 AS aging
   FROM {schema}.queues WHERE name = ANY(%(queues)s::text[]) AND aging IS NOT NULL
 
 -- name: age_queued
--- Write the aging steps owed by up to `batch` queued jobs of the given queues; walks each queue's priority levels through jobs_claim, then each level's due prefix by run_at; returns the queue of each job promoted.
+-- Write the aging steps owed by up to `batch` queued jobs of the given queues; walks each queue's priority levels from `start` up through jobs_claim, then each level's due prefix by run_at; returns the queue and former level of each job promoted.
 -- A level is found by one index descent (the next priority present above the last), and its
 -- due rows are a prefix of the level in run_at order: run_at <= now() - aging is an index
 -- condition, the aged_at test a filter that skips only rows promoted into the level within
--- the last interval. So a sweep reads the rows it promotes plus those, never the whole queue
--- (docs/queues.md). Rows a claim or another sweep holds are skipped; a row read before
--- another sweep promoted it is re-checked on the new version and no longer qualifies.
+-- the last interval. The walk starts at level `start` (-100 or below: the lowest level that
+-- ages), so the sweeper's next statement resumes at the level where a full batch stopped
+-- instead of reading the levels before it again (docs/queues.md). Rows a claim or another
+-- sweep holds are skipped; a row read before another sweep promoted it is re-checked on the
+-- new version and no longer qualifies.
 WITH RECURSIVE k AS (
     SELECT name, aging FROM {schema}.queues
      WHERE name = ANY(%(queues)s::text[]) AND aging IS NOT NULL
 ), lv(name, aging, p) AS (
     SELECT k.name, k.aging,
            (SELECT j.priority FROM {schema}.jobs j
-             WHERE j.status = 'queued' AND j.queue = k.name AND j.priority > -100
+             WHERE j.status = 'queued' AND j.queue = k.name
+               AND j.priority >= greatest(-99, %(start)s::integer)
              ORDER BY j.priority LIMIT 1)
       FROM k
     UNION ALL
@@ -111,7 +114,7 @@ WITH RECURSIVE k AS (
              ORDER BY j.priority LIMIT 1)
       FROM lv WHERE lv.p IS NOT NULL
 ), due AS (
-    SELECT d.id, d.since, lv.aging,
+    SELECT d.id, d.since, lv.aging, lv.p AS level,
            least(d.priority + 100, floor(extract(epoch FROM now() - d.since)
                                          / extract(epoch FROM lv.aging)))::integer AS steps
       FROM lv CROSS JOIN LATERAL (
@@ -131,4 +134,4 @@ UPDATE {schema}.jobs j
        aged_at = due.since + due.steps * due.aging, version = j.version + 1
   FROM due
  WHERE j.id = due.id AND due.steps > 0
-RETURNING j.queue
+RETURNING j.queue, due.level

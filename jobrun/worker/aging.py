@@ -5,7 +5,8 @@ waiting (jobrun/policy/aging.py). The claim orders by the stored priority on its
 (jobs_claim), so the steps are written into the rows: each pass runs ``age_queued`` for the
 queues due, which walks each queue's priority levels through jobs_claim and promotes the due
 prefix of each level (run_at order), in batches. A pass costs index descents per priority
-level present plus the rows it promotes, never a scan of the queue (docs/queues.md).
+level present plus the rows it promotes and those promoted into their level within the last
+interval (skipped by a filter), never a scan of the queue (docs/queues.md).
 
 Every master runs it, for the queues it serves; concurrent sweeps are safe without a leader:
 rows are locked FOR UPDATE SKIP LOCKED (a row another sweep or a claim holds is skipped), and
@@ -16,70 +17,62 @@ bound would then have to include.
 
 Timing: each queue is swept every ``sweep_interval(A)``; the queues' settings are read again
 every IDLE_POLL seconds, so a queue that starts (or stops) aging is noticed within that.
+
+Bounded work: a statement promotes at most ``batch`` jobs of one queue (its own short
+transaction), and a pass runs at most ``max_batches`` statements per queue. A statement whose
+batch was full hands the level it stopped at to the next, which resumes the walk there: a walk
+reads each level once, however many statements it takes (restarting at the lowest level
+would read the levels already done again, each statement more than the last). A pass whose
+last batch was full leaves its queue due at once: the next pass follows without a pause, so a
+backlog owed many steps (aging switched on over a million waiting jobs) is worked off in
+bounded steps rather than by one pass that runs for minutes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections import Counter
 from typing import Callable
 
 import psycopg
 
 from jobrun.logs import event
-from jobrun.policy.aging import IDLE_POLL, next_wait, sweep_interval
+from jobrun.policy.aging import IDLE_POLL, PRIORITY_MIN, next_wait, sweep_interval
 from jobrun.sql import Queries
-from jobrun.store import db
-from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
+from jobrun.worker.lifecycle import PeriodicDbService
 
 log = logging.getLogger("jobrun.aging")
 
+MAX_BATCHES = 20  # statements per queue per pass: at most batch * MAX_BATCHES jobs promoted
 
-class AgingSweeper(Service):
+
+class AgingSweeper(PeriodicDbService):
     name = "aging"
+    logger = log
 
     def __init__(self, dsn: str, queries: Queries, queues: list[str], *, batch: int = 500,
+                 max_batches: int = MAX_BATCHES,
                  on_aged: Callable[[str, int], None] | None = None,
                  on_db_error: Callable[[], None] | None = None) -> None:
-        super().__init__()
-        self.dsn = dsn
+        super().__init__(dsn, on_db_error)
         self.q = queries
         self.queues = list(queues)
         self.batch = batch
+        self.max_batches = max_batches
         self.on_aged = on_aged
-        self.on_db_error = on_db_error
         self.aged = 0
+        self.statements = 0                    # age_queued statements run
         self.intervals: dict[str, float] = {}  # queue -> seconds between its sweeps
         self._read_at = 0.0                    # monotonic: next read of the settings
         self._next: dict[str, float] = {}      # queue -> monotonic time of its next sweep
+        self._start: dict[str, int] = {}       # queue -> level its unfinished walk resumes at
 
     def reconfigure(self, settings) -> None:
         self.queues = list(settings.queues)
         self._read_at = 0.0
 
-    async def _run(self) -> None:
-        failures = 0
-        conn: psycopg.AsyncConnection | None = None
-        try:
-            while True:
-                try:
-                    conn = await reconnect_if_broken(conn, self.dsn)
-                    wait = await self.sweep(conn, time.monotonic())
-                    failures = 0
-                except Exception as exc:  # noqa: BLE001 - log, back off, go on
-                    failures += 1
-                    if self.on_db_error:
-                        self.on_db_error()
-                    event(log, logging.WARNING, "aging.failed", error=db.first_line(exc),
-                          retry=failures)
-                    await backoff_sleep(failures)
-                    continue
-                await asyncio.sleep(wait)  # the sweeper's period
-        finally:
-            if conn is not None:
-                await conn.close()
+    async def tick(self, conn: psycopg.AsyncConnection) -> float:
+        return await self.sweep(conn, time.monotonic())
 
     async def sweep(self, conn: psycopg.AsyncConnection, now: float) -> float:
         """One pass at monotonic time ``now``: sweep the queues due; returns the seconds until
@@ -91,25 +84,36 @@ class AgingSweeper(Service):
             self._read_at = now + IDLE_POLL
         due = [n for n, at in self._next.items() if at <= now]
         if due:
-            await self.age(conn, due)
-            for n in due:
-                self._next[n] = now + self.intervals[n]
+            _, more = await self.age(conn, due)
+            for n in due:  # a pass cut short leaves its queue due: the next follows at once
+                self._next[n] = now if n in more else now + self.intervals[n]
         ahead = [at - now for at in self._next.values()]
         return max(0.0, next_wait(ahead + [self._read_at - now]))
 
-    async def age(self, conn: psycopg.AsyncConnection, queues: list[str]) -> int:
-        """Promote every job of ``queues`` that is owed a step, a batch per statement."""
-        total = 0
-        while True:
-            cur = await conn.execute(self.q.age_queued, {"queues": queues, "batch": self.batch})
-            rows = await cur.fetchall()
-            for queue, n in Counter(r["queue"] for r in rows).items():
-                if self.on_aged:
-                    self.on_aged(queue, n)
-            total += len(rows)
-            if len(rows) < self.batch:
-                break
+    async def age(self, conn: psycopg.AsyncConnection, queues: list[str]) -> tuple[int, set[str]]:
+        """Promote jobs of ``queues`` that are owed a step: for each queue a batch per
+        statement, at most ``max_batches`` statements, each resuming the walk of the levels
+        where the last full batch stopped. Returns the jobs promoted and the queues cut short
+        (more may be owed there)."""
+        total, more = 0, set()
+        for queue in queues:
+            for _ in range(self.max_batches):
+                start = self._start.get(queue, PRIORITY_MIN)
+                cur = await conn.execute(self.q.age_queued,
+                                         {"queues": [queue], "batch": self.batch, "start": start})
+                rows = await cur.fetchall()
+                self.statements += 1
+                total += len(rows)
+                if rows and self.on_aged:
+                    self.on_aged(queue, len(rows))
+                if len(rows) < self.batch:  # the walk reached the top: the next starts afresh
+                    self._start.pop(queue, None)
+                    break
+                self._start[queue] = max(r["level"] for r in rows)
+            else:
+                more.add(queue)
         if total:
-            event(log, logging.DEBUG, "aging.promoted", jobs=total, queues=",".join(queues))
+            event(log, logging.DEBUG, "aging.promoted", jobs=total, queues=",".join(queues),
+                  more=",".join(sorted(more)))
         self.aged += total
-        return total
+        return total, more

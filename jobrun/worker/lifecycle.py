@@ -7,6 +7,10 @@ it is doing for that long, then cancels it). A part whose coroutine raises is a 
 it logs ``service.crashed`` and calls ``on_crash`` (the master then stops with exit code 1;
 a half-alive master that claims jobs whose outcomes are never written is worse than none).
 ``reconfigure(settings)`` applies new settings (SIGHUP) to the running part.
+
+``PeriodicDbService`` is a part that does one unit of database work at a time on a connection
+of its own (the reaper, the aging sweeper): it reconnects when the connection broke, logs a
+failed unit and retries it after a backoff, and waits as long as the unit asks between units.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any, Callable
+
+import psycopg
 
 from jobrun.logs import event
 from jobrun.store import db
@@ -83,6 +89,46 @@ class Service:
     def _interrupt_gently(self) -> None:
         """Ask the part to finish what it is doing and stop (the default: at once)."""
         self._interrupt()
+
+
+class PeriodicDbService(Service):
+    """Runs ``tick(conn)`` again and again on a connection of its own, waiting the seconds it
+    returns between two. A tick that raises (the database away, a statement refused) is logged
+    as ``<name>.failed`` on ``logger``, counted by ``on_db_error`` and retried after a backoff
+    that grows with consecutive failures, on a new connection if the old one broke."""
+
+    logger = log
+
+    def __init__(self, dsn: str, on_db_error: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.on_db_error = on_db_error
+
+    async def tick(self, conn: psycopg.AsyncConnection) -> float:  # pragma: no cover - abstract
+        """One unit of work; returns the seconds to wait before the next."""
+        raise NotImplementedError
+
+    async def _run(self) -> None:
+        failures = 0
+        conn: psycopg.AsyncConnection | None = None
+        try:
+            while True:
+                try:
+                    conn = await reconnect_if_broken(conn, self.dsn)
+                    wait = await self.tick(conn)
+                    failures = 0
+                except Exception as exc:  # noqa: BLE001 - log, back off, go on
+                    failures += 1
+                    if self.on_db_error:
+                        self.on_db_error()
+                    event(self.logger, logging.WARNING, f"{self.name}.failed",
+                          error=db.first_line(exc), retry=failures)
+                    await backoff_sleep(failures)
+                    continue
+                await asyncio.sleep(wait)  # the part's period
+        finally:
+            if conn is not None:
+                await conn.close()
 
 
 async def backoff_sleep(attempt: int, base: float = 0.1, cap: float = 5.0) -> None:

@@ -11,17 +11,15 @@ those), in small batches so no lock is held for long.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Callable
 
 import psycopg
 
-from jobrun.store import db
 from jobrun.store.driver import drive_async
 from jobrun import ops
-from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
+from jobrun.worker.lifecycle import PeriodicDbService
 from jobrun.logs import event
 from jobrun.policy import DEFAULT_RETRY, reap_interval
 from jobrun.sql import Queries
@@ -29,22 +27,21 @@ from jobrun.sql import Queries
 log = logging.getLogger("jobrun.reaper")
 
 
-class Reaper(Service):
+class Reaper(PeriodicDbService):
     name = "reaper"
+    logger = log
 
     def __init__(self, dsn: str, queries: Queries, interval: float, retention: float,
                  purge_interval: float = 60.0, batch: int = 500,
                  on_reaped: Callable[[int], None] | None = None,
                  on_db_error: Callable[[], None] | None = None) -> None:
-        super().__init__()
-        self.dsn = dsn
+        super().__init__(dsn, on_db_error)
         self.q = queries
         self.interval = interval
         self.retention = retention
         self.purge_interval = purge_interval
         self.batch = batch
         self.on_reaped = on_reaped
-        self.on_db_error = on_db_error
         self.reaped = 0
         self.purged = 0
         self._next_purge = 0.0
@@ -53,30 +50,13 @@ class Reaper(Service):
         self.interval = reap_interval(settings.lease_ttl)
         self.retention = settings.retention
 
-    async def _run(self) -> None:
-        failures = 0
-        conn: psycopg.AsyncConnection | None = None
-        try:
-            while True:
-                try:
-                    conn = await reconnect_if_broken(conn, self.dsn)
-                    await self.reap(conn)
-                    # Also with retention 0 (keep): queues with a retention of their own.
-                    if time.monotonic() >= self._next_purge:
-                        await self.purge(conn)
-                        self._next_purge = time.monotonic() + self.purge_interval
-                    failures = 0
-                except Exception as exc:  # noqa: BLE001 - log, back off, go on
-                    failures += 1
-                    if self.on_db_error:
-                        self.on_db_error()
-                    event(log, logging.WARNING, "reaper.failed", error=db.first_line(exc), retry=failures)
-                    await backoff_sleep(failures)
-                    continue
-                await asyncio.sleep(self.interval)  # the reaper's period
-        finally:
-            if conn is not None:
-                await conn.close()
+    async def tick(self, conn: psycopg.AsyncConnection) -> float:
+        await self.reap(conn)
+        # Also with retention 0 (keep): queues with a retention of their own.
+        if time.monotonic() >= self._next_purge:
+            await self.purge(conn)
+            self._next_purge = time.monotonic() + self.purge_interval
+        return self.interval  # the reaper's period
 
     async def end_stale_sessions(self, conn: psycopg.AsyncConnection) -> None:
         """End the sessions of transactional attempts whose lease expired: a frozen holder's

@@ -44,7 +44,7 @@ def jobs(conn, schema, where="true"):
 
 def age(conn, schema, queues, batch=500):
     return conn.execute(for_schema(schema).age_queued,
-                        {"queues": queues, "batch": batch}).fetchall()
+                        {"queues": queues, "batch": batch, "start": -100}).fetchall()
 
 
 def test_a_sweep_writes_the_steps_owed(client, conn, schema):
@@ -94,7 +94,8 @@ def test_a_sweep_reads_what_it_promotes_not_the_queue(client, conn, schema):
     try:
         plan = conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + for_schema(schema).age_queued,
-            {"queues": ["aged"], "batch": 500}).fetchone()["QUERY PLAN"][0]["Plan"]
+            {"queues": ["aged"], "batch": 500, "start": -100}
+        ).fetchone()["QUERY PLAN"][0]["Plan"]
     finally:
         conn.execute("ROLLBACK")
     read = []
@@ -121,7 +122,7 @@ def test_claim_and_sweep_plans_stay_on_the_index_at_100k(client, conn, schema):
     assert len(age(conn, schema, ["aged"], batch=10_000)) == 5_000  # aging has moved rows
     q = for_schema(schema)
     for name, params in [("claim_jobs", claim_params(["aged"], 50, "o", 30)),
-                         ("age_queued", {"queues": ["aged"], "batch": 500})]:
+                         ("age_queued", {"queues": ["aged"], "batch": 500, "start": -100})]:
         rows = conn.execute("EXPLAIN " + getattr(q, name), params).fetchall()
         text = "\n".join(r["QUERY PLAN"] for r in rows)
         assert "Scan using jobs_claim on jobs" in text and "Seq Scan on jobs" not in text, (name, text)
@@ -160,3 +161,57 @@ def test_an_operator_retry_starts_afresh_at_the_enqueued_priority(client, conn, 
     client.cancel(job["id"])
     back = client.retry(job["id"])
     assert (back.priority, back.base_priority, back.aged_at) == (30, None, None)
+
+
+def test_a_pass_runs_at_most_max_batches_statements_and_the_next_follows_at_once(
+        client, pg_dsn, conn, schema):
+    client.queue_add("aged", aging="1m")
+    fill(conn, schema, "aged", 25, 10, "5 minutes")  # each owed 5 steps
+    sweeper = AgingSweeper(pg_dsn, for_schema(schema), ["aged"], batch=4, max_batches=3)
+
+    async def go():
+        c = await db.connect_async(pg_dsn)
+        try:
+            waits = [await sweeper.sweep(c, 100.0)]  # 3 statements of 4: cut short
+            promoted = sweeper.aged
+            while sweeper.aged < 25:
+                waits.append(await sweeper.sweep(c, 100.0))
+            statements = sweeper.statements
+            await sweeper.sweep(c, 100.0)  # nothing owed: back on its interval, no statement
+            return promoted, waits, statements
+        finally:
+            await c.close()
+
+    promoted, waits, statements = asyncio.run(go())
+    assert promoted == 12
+    assert waits[:2] == [0.0, 0.0] and waits[2] > 0 and len(waits) == 3, waits  # 12, 12, 1
+    assert statements == 7 and sweeper.statements == 7
+    assert {j["priority"] for j in jobs(conn, schema)} == {5}
+
+
+def test_a_walk_resumes_at_the_level_where_a_full_batch_stopped(client, pg_dsn, conn, schema):
+    client.queue_add("aged", aging="1m")
+    fill(conn, schema, "aged", 4, 5, "90 seconds")   # owed a step each
+    fill(conn, schema, "aged", 4, 50, "90 seconds")
+    below = conn.execute(for_schema(schema).age_queued,
+                         {"queues": ["aged"], "batch": 10, "start": 10}).fetchall()
+    assert [(r["queue"], r["level"]) for r in below] == [("aged", 50)] * 4  # level 5 not read
+    conn.execute(sql.SQL("UPDATE {} SET priority = coalesce(base_priority, priority), base_priority = NULL,"
+                         " aged_at = NULL").format(sql.Identifier(schema, "jobs")))
+    sweeper = AgingSweeper(pg_dsn, for_schema(schema), ["aged"], batch=4, max_batches=1)
+
+    async def go():
+        c = await db.connect_async(pg_dsn)
+        try:
+            starts = []
+            for _ in range(3):
+                await sweeper.sweep(c, 100.0)
+                starts.append(sweeper._start.get("aged"))
+            return starts
+        finally:
+            await c.close()
+
+    # a full batch at level 5, then one at level 50 (the walk resumed at 5), then the top
+    assert asyncio.run(go()) == [5, 50, None]
+    assert sweeper.statements == 3 and sweeper.aged == 8
+    assert sorted(j["priority"] for j in jobs(conn, schema)) == [4] * 4 + [49] * 4
