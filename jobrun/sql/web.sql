@@ -74,10 +74,10 @@ SELECT a.job_id, a.lease_token, a.attempt, a.outcome, a.started_at, a.finished_a
  LIMIT %(limit)s
 
 -- name: web_task_figures
--- Every figure of GET /tasks in one statement, one row per kind and task (and status): 'queued' and 'leased' (n: the task's jobs in that state now, through the partial indexes on queued and on leased rows), 'finished' (per task and status, n of the newest `sample` jobs that finished in the last `window` s), 'runs' (per task, of the newest `sample` attempts that ended in the window: n, how many succeeded, mean and p95 run time in seconds), 'served' (served_by: owners of the masters seen in the last `stale_after` s whose app declares the task, in host, pid, owner order). `oldest` is the oldest finish in the group, `window_start` the window's start. With `task`, the 'queued', 'leased' and 'served' rows are that task's only (the samples stay every task's: their `oldest` says what they cover).
+-- Every figure of GET /tasks in one statement, one row per kind and task (and status): 'queued' and 'leased' (n: the task's jobs in that state now, through the partial indexes jobs_queued_task and jobs_leased), 'finished' (per task and status, n of the newest `sample` jobs that finished in the last `window` s), 'runs' (per task, of the newest `sample` attempts that ended in the window: n, how many succeeded, mean and p95 run time in seconds), 'served' (served_by: owners of the masters seen in the last `stale_after` s whose app declares the task, in host, pid, owner order). `oldest` is the oldest finish in the group, `window_start` the window's start. With `task`, the 'queued', 'leased' and 'served' rows are that task's only (the samples stay every task's: their `oldest` says what they cover).
 -- The samples walk the finished_at indexes newest first, stopped by LIMIT (an attempt is
--- joined to its job by id); the queued and leased counts follow the queue's depth, never the
--- table's history.
+-- joined to its job by id); the queued count is an index-only scan of jobs_queued_task, so
+-- its cost follows the queue's depth, never the table's history.
 WITH finished AS (
     SELECT task, status, finished_at FROM {schema}.jobs
      WHERE status IN ('succeeded', 'dead', 'cancelled')
