@@ -73,35 +73,53 @@ SELECT a.job_id, a.lease_token, a.attempt, a.outcome, a.started_at, a.finished_a
  ORDER BY a.finished_at DESC, a.job_id DESC, a.lease_token DESC
  LIMIT %(limit)s
 
--- name: web_task_active
--- Queued and leased jobs per task, as stored now, through the partial indexes on queued and on leased rows: the cost follows the queue's depth, not the table's history.
-SELECT task, 'queued' AS status, count(*) AS n FROM {schema}.jobs WHERE status = 'queued' GROUP BY task
-UNION ALL
-SELECT task, 'leased', count(*) FROM {schema}.jobs WHERE status = 'leased' GROUP BY task
-
--- name: web_task_finished
--- Of the newest `sample` jobs that finished (succeeded, dead, cancelled) in the last `window` s, how many per task and status, and the oldest finished_at among them (the finished-jobs index, newest first, stopped by LIMIT).
-SELECT task, status, count(*) AS n, min(finished_at) AS oldest,
-       now() - make_interval(secs => %(window)s) AS window_start
-  FROM (SELECT task, status, finished_at FROM {schema}.jobs
-         WHERE status IN ('succeeded', 'dead', 'cancelled')
-           AND finished_at > now() - make_interval(secs => %(window)s)
-         ORDER BY finished_at DESC
-         LIMIT %(sample)s) s
- GROUP BY task, status
-
--- name: web_task_runs
--- Per task, of the newest `sample` attempts that ended in the last `window` s (the attempts' finished_at index, newest first, stopped by LIMIT; each joined to its job by id): how many, how many succeeded, mean and p95 run time in seconds, the oldest finished_at among them.
-SELECT task, count(*) AS runs, count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
-       avg(run)::float8 AS mean_run,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY run)::float8 AS p95_run,
-       min(finished_at) AS oldest, now() - make_interval(secs => %(window)s) AS window_start
-  FROM (SELECT j.task, a.outcome, a.finished_at,
-               extract(epoch FROM a.finished_at - a.started_at) AS run
-          FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
-         WHERE a.finished_at > now() - make_interval(secs => %(window)s)
-           AND a.started_at IS NOT NULL
-           AND a.outcome IN ('succeeded', 'failed', 'timeout', 'worker_lost', 'lease_expired')
-         ORDER BY a.finished_at DESC
-         LIMIT %(sample)s) s
+-- name: web_task_figures
+-- Every figure of GET /tasks in one statement, one row per kind and task (and status): 'queued' and 'leased' (n: the task's jobs in that state now, through the partial indexes jobs_queued_task and jobs_leased), 'finished' (per task and status, n of the newest `sample` jobs that finished in the last `window` s), 'runs' (per task, of the newest `sample` attempts that ended in the window: n, how many succeeded, mean and p95 run time in seconds), 'served' (served_by: owners of the masters seen in the last `stale_after` s whose app declares the task, in host, pid, owner order). `oldest` is the oldest finish in the group, `window_start` the window's start. With `task`, the 'queued', 'leased' and 'served' rows are that task's only (the samples stay every task's: their `oldest` says what they cover).
+-- The samples walk the finished_at indexes newest first, stopped by LIMIT (an attempt is
+-- joined to its job by id); the queued count is an index-only scan of jobs_queued_task, so
+-- its cost follows the queue's depth, never the table's history.
+WITH finished AS (
+    SELECT task, status, finished_at FROM {schema}.jobs
+     WHERE status IN ('succeeded', 'dead', 'cancelled')
+       AND finished_at > now() - make_interval(secs => %(window)s)
+     ORDER BY finished_at DESC
+     LIMIT %(sample)s
+), runs AS (
+    SELECT j.task, a.outcome, a.finished_at,
+           extract(epoch FROM a.finished_at - a.started_at) AS run
+      FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+     WHERE a.finished_at > now() - make_interval(secs => %(window)s)
+       AND a.started_at IS NOT NULL
+       AND a.outcome IN ('succeeded', 'failed', 'timeout', 'worker_lost', 'lease_expired')
+     ORDER BY a.finished_at DESC
+     LIMIT %(sample)s
+)
+SELECT 'queued' AS kind, task, 'queued' AS status, count(*) AS n, NULL::bigint AS succeeded,
+       NULL::float8 AS mean_run, NULL::float8 AS p95_run, NULL::timestamptz AS oldest,
+       NULL::timestamptz AS window_start, NULL::text[] AS served_by
+  FROM {schema}.jobs
+ WHERE status = 'queued' AND (%(task)s::text IS NULL OR task = %(task)s)
  GROUP BY task
+UNION ALL
+SELECT 'leased', task, 'leased', count(*), NULL, NULL, NULL, NULL, NULL, NULL
+  FROM {schema}.jobs
+ WHERE status = 'leased' AND (%(task)s::text IS NULL OR task = %(task)s)
+ GROUP BY task
+UNION ALL
+SELECT 'finished', task, status, count(*), NULL, NULL, NULL, min(finished_at),
+       now() - make_interval(secs => %(window)s), NULL
+  FROM finished
+ GROUP BY task, status
+UNION ALL
+SELECT 'runs', task, NULL, count(*), count(*) FILTER (WHERE outcome = 'succeeded'),
+       avg(run)::float8, percentile_cont(0.95) WITHIN GROUP (ORDER BY run)::float8,
+       min(finished_at), now() - make_interval(secs => %(window)s), NULL
+  FROM runs
+ GROUP BY task
+UNION ALL
+SELECT 'served', t.task, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       array_agg(w.owner ORDER BY w.host, w.pid, w.owner)
+  FROM {schema}.workers w, unnest(w.tasks) AS t(task)
+ WHERE w.last_seen >= now() - make_interval(secs => %(stale_after)s)
+   AND (%(task)s::text IS NULL OR t.task = %(task)s)
+ GROUP BY t.task

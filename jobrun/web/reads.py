@@ -153,16 +153,18 @@ def tasks(q: Queries, task: str | None = None) -> Op:
     TASK_SAMPLE jobs that finished in the last TASK_WINDOW s, how many succeeded, died, were
     cancelled (``finished_since``: the oldest finished time those cover); of the newest
     TASK_SAMPLE attempts that ended in that window, how many, the share that succeeded, mean
-    and p95 run time (``runs_since``); which live masters serve it. Every figure comes from a
-    bounded read: the partial indexes on queued and leased jobs, and a LIMITed walk down the
-    finished_at indexes; none counts the table's history."""
+    and p95 run time (``runs_since``); which live masters serve it. One statement
+    (web_task_figures), every figure from a bounded read: the partial indexes on queued and
+    leased jobs, and a LIMITed walk down the finished_at indexes; none counts the table's
+    history."""
     if task is not None:
         validate.task_name(task)
-    active = yield Step(q.web_task_active, {})
-    finished = yield Step(q.web_task_finished, {"window": TASK_WINDOW, "sample": TASK_SAMPLE})
-    runs = yield Step(q.web_task_runs, {"window": TASK_WINDOW, "sample": TASK_SAMPLE})
-    masters = yield from workers(q)
-    finished_since, runs_since = _since(finished, "n"), _since(runs, "runs")
+    rows = yield Step(q.web_task_figures, {"window": TASK_WINDOW, "sample": TASK_SAMPLE,
+                                           "stale_after": top.STALE_AFTER, "task": task})
+    kinds: dict[str, list[dict[str, Any]]] = {"finished": [], "runs": []}
+    for r in rows:
+        kinds.setdefault(r["kind"], []).append(r)
+    finished_since, runs_since = _since(kinds["finished"], "n"), _since(kinds["runs"], "n")
     out: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
@@ -170,19 +172,18 @@ def tasks(q: Queries, task: str | None = None) -> Op:
             "task": name, "counts": {s: 0 for s in ops.STATUSES}, "window_seconds": TASK_WINDOW,
             "finished_since": finished_since, "runs": 0, "success_rate": None,
             "mean_run_seconds": None, "p95_run_seconds": None, "runs_since": runs_since,
-            "served_by": [m["owner"] for m in masters if name in (m["tasks"] or ())]})
+            "served_by": []})
 
-    for r in active + finished:
-        if task is None or r["task"] == task:
-            entry(r["task"])["counts"][r["status"]] = r["n"]
-    for r in runs:
-        if task is None or r["task"] == task:
-            entry(r["task"]).update(runs=r["runs"], success_rate=r["succeeded"] / r["runs"],
+    for r in rows:
+        if task is not None and r["task"] != task:
+            continue
+        if r["kind"] == "runs":
+            entry(r["task"]).update(runs=r["n"], success_rate=r["succeeded"] / r["n"],
                                     mean_run_seconds=r["mean_run"], p95_run_seconds=r["p95_run"])
-    for m in masters:
-        for name in m["tasks"] or ():
-            if task is None or name == task:
-                entry(name)
+        elif r["kind"] == "served":
+            entry(r["task"])["served_by"] = r["served_by"]
+        else:
+            entry(r["task"])["counts"][r["status"]] = r["n"]
     return [out[name] for name in sorted(out)]
 
 

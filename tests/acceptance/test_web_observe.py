@@ -56,6 +56,31 @@ def test_workers_and_tasks(api, pg_dsn, web_schema):
     assert api.get("/tasks/bad name").status_code == 422
 
 
+def test_a_task_is_served_by_the_live_masters_that_declare_it(api, pg_dsn, web_schema):
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(sql.SQL(
+            "INSERT INTO {}.workers (owner, host, pid, queues, tasks, concurrency, last_seen)"
+            " VALUES ('k:1:x', 'k', 1, '{{default}}', '{{s.both,s.idle}}', 4, now()),"
+            " ('j:2:y', 'j', 2, '{{default}}', '{{s.both}}', 4, now()),"
+            " ('i:3:z', 'i', 3, '{{default}}', '{{s.both,s.gone}}', 4,"
+            "  now() - interval '1 hour'),"
+            " ('l:4:w', 'l', 4, '{{default}}', NULL, 4, now())").format(
+                sql.Identifier(web_schema)))
+    api.post("/jobs", json={"task": "s.both"})
+    tasks = {t["task"]: t for t in api.get("/tasks").json()}
+    assert tasks["s.both"]["served_by"] == ["j:2:y", "k:1:x"]  # host order; i:3:z is stale
+    assert tasks["s.both"]["counts"]["queued"] == 1
+    assert tasks["s.idle"]["served_by"] == ["k:1:x"] and tasks["s.idle"]["runs"] == 0
+    assert set(tasks["s.idle"]["counts"].values()) == {0}
+    assert "s.gone" not in tasks  # only a stale master serves it, and it has no jobs
+    one = api.get("/tasks/s.idle").json()
+    moving = ("finished_since", "runs_since", "recent_jobs")  # the window's start is now - 1 h
+    assert {k: v for k, v in one.items() if k not in moving} == {
+        k: v for k, v in tasks["s.idle"].items() if k not in moving}
+    assert one["recent_jobs"] == []
+    assert api.get("/tasks/s.gone").status_code == 404
+
+
 def test_stats_match_the_client(api, pg_dsn, web_schema):
     with jobrun.Client(pg_dsn, schema=web_schema) as client:
         expected = [dict(vars(s)) for s in client.stats()]
