@@ -11,9 +11,11 @@ Every child, forked or exec'd, is the master's own child process (the server for
 CLONE_PARENT: see its module), so the supervisor waits on, signals and reaps both kinds alike;
 a forked one is a ``ForkedProcess``, the ``subprocess.Popen`` stand-in this module provides.
 
-A spawn is one request and one reply over a SOCK_SEQPACKET socketpair, made synchronously on
-the event loop (as ``Popen`` is for exec): the server only forks, which takes about a
-millisecond; a server that does not answer within SPAWN_TIMEOUT is killed and replaced.
+A spawn is one request and one reply over a SOCK_SEQPACKET socketpair. The event loop does
+not wait for the reply (the fork takes the server a millisecond or more, which the master
+spends on its other children and its claims): replies come back in request order and each
+completes its spawn (``done(pid)``); a server that does not answer within SPAWN_TIMEOUT is
+killed and replaced, and the spawns it still owed are started by exec (``done(None)``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from typing import Any, Callable
 
 from jobrun.logs import event
@@ -46,8 +49,8 @@ class ForkServerError(Exception):
 class ForkedProcess:
     """A child the fork server forked: the master's own child, waited on like a Popen."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pid: int = 0) -> None:
+        self.pid = pid  # 0 until the fork server answered
         self.returncode: int | None = None
 
     def wait(self) -> int:
@@ -73,6 +76,8 @@ class ForkServer:
         self.ready_at = 0.0
         self.exited = False
         self.gone = asyncio.Event()
+        self._owed: deque[Callable[[int | None], None]] = deque()  # spawns awaiting a reply
+        self._overdue: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -106,10 +111,21 @@ class ForkServer:
         if not data:  # it is exiting: its pidfd reports how
             self.loop.remove_reader(self.control.fileno())
             return
-        if json.loads(data).get("t") == "ready" and not self.ready:
+        answer = json.loads(data)
+        kind = answer.get("t")
+        if kind == "ready" and not self.ready:
             self.ready = True
             self.ready_at = time.monotonic()
             self.on_ready(self)
+        elif kind in ("spawned", "error") and self._owed:
+            done = self._owed.popleft()
+            self._watch_overdue()
+            if kind == "spawned":
+                done(int(answer["pid"]))
+            else:
+                event(log, logging.ERROR, "forkserver.spawn_failed", pid=self.pid,
+                      error=str(answer.get("error")), note="this child is started by exec")
+                done(None)
 
     def _exited(self) -> None:
         self.loop.remove_reader(self.pidfd)
@@ -123,22 +139,46 @@ class ForkServer:
         self.ready = False
         self.exited = True
         self.gone.set()
+        self._fail_owed()
         self.on_exit(self, status)
 
-    def spawn(self, sock: socket.socket, request: dict[str, Any]) -> ForkedProcess:
-        """Have the server fork a child that serves ``sock``; raises ForkServerError."""
+    def _fail_owed(self) -> None:
+        """The spawns it will never answer: each is started by exec."""
+        if self._overdue is not None:
+            self._overdue.cancel()
+            self._overdue = None
+        while self._owed:
+            self._owed.popleft()(None)
+
+    def _watch_overdue(self) -> None:
+        if self._overdue is not None:
+            self._overdue.cancel()
+            self._overdue = None
+        if self._owed:
+            self._overdue = self.loop.call_later(SPAWN_TIMEOUT, self._no_answer)
+
+    def _no_answer(self) -> None:
+        self._overdue = None
+        event(log, logging.ERROR, "forkserver.spawn_failed", pid=self.pid,
+              error=f"no answer within {SPAWN_TIMEOUT:g}s",
+              note="killing it; the children it owes are started by exec")
+        self.ready = False
+        self.kill()
+        self._fail_owed()
+
+    def spawn(self, sock: socket.socket, request: dict[str, Any],
+              done: Callable[[int | None], None]) -> None:
+        """Ask the server to fork a child that serves ``sock``; ``done(pid)`` once it has,
+        ``done(None)`` if it will not (start that child by exec). Raises ForkServerError if
+        the request cannot be sent."""
         try:
             socket.send_fds(self.control, [json.dumps({"t": "spawn", **request}).encode()],
                             [sock.fileno()])
-            reply = self.control.recv(MAX_MESSAGE)
         except OSError as exc:  # a timeout included
-            raise ForkServerError(f"no answer: {exc or type(exc).__name__}") from None
-        if not reply:
-            raise ForkServerError("it closed its control socket")
-        answer = json.loads(reply)
-        if answer.get("t") != "spawned":
-            raise ForkServerError(str(answer.get("error") or answer))
-        return ForkedProcess(int(answer["pid"]))
+            raise ForkServerError(f"cannot send: {exc or type(exc).__name__}") from None
+        self._owed.append(done)
+        if self._overdue is None:
+            self._watch_overdue()
 
     def retire(self) -> None:
         """Ask it to exit (the children it forked are the master's and keep running)."""
@@ -188,19 +228,22 @@ class ForkServers:
         """None once the first server is ready; else the exit status it died with."""
         return await self._boot
 
-    def spawn(self, sock: socket.socket, request: dict[str, Any]) -> ForkedProcess | None:
-        """A forked child serving ``sock``, or None when no server is ready (exec instead)."""
+    def spawn(self, sock: socket.socket, request: dict[str, Any],
+              done: Callable[[int | None], None]) -> bool:
+        """Have a child forked to serve ``sock`` (``done(pid)``, or ``done(None)``: exec it
+        after all); False when no server is ready (exec it now)."""
         server = self.current
         if server is None or not server.ready:
-            return None
+            return False
         try:
-            return server.spawn(sock, request)
+            server.spawn(sock, request, done)
+            return True
         except ForkServerError as exc:
             event(log, logging.ERROR, "forkserver.spawn_failed", pid=server.pid, error=str(exc),
                   note="killing it; this child is started by exec")
             server.ready = False
             server.kill()
-            return None
+            return False
 
     def reload(self, done: Callable[[bool], None]) -> None:
         """Start a server with the code as it is now; ``done(ok)`` once it is ready or dead."""
