@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     setproctitle(f"jobrun-forkserver: {args.app} generation={args.generation}")
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
     app = load_app_or_exit(args.app, "jobrun-forkserver")
-    preload()
+    preload(app)
     # What the import and preload built stays put: the collector never walks (and so never
     # writes to) the objects every child shares, so their pages stay shared copy-on-write.
     gc.collect()

@@ -1,6 +1,7 @@
 """The master's side of the fork server (``--spawn fork``; the server is jobrun/child/forkserver.py).
 
-    Master.run ──start──> fork server (generation 0) ──ready──> dispatcher starts, spawns
+    jobrun-master (its command line, first) ──launch──> fork server (generation 0)
+    Master.run ──attach── ... ──ready──> dispatcher starts, spawns
     supervisor.spawn ──request + socket (SCM_RIGHTS)──> server ──clone──> child (the master's own)
     server dies ──> forkserver.died; children keep running; spawns go by exec until a new
                     server is ready (restarted at once, with a back-off if it keeps dying)
@@ -20,7 +21,6 @@ killed and replaced, and the spawns it still owed are started by exec (``done(No
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -30,10 +30,13 @@ import subprocess
 import sys
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from jobrun.logs import event
 from jobrun.worker.exits import describe_exit
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncio  # imported where used: the command line launches a server before it
 
 log = logging.getLogger("jobrun.master")
 SPAWN_TIMEOUT = 5.0
@@ -61,25 +64,24 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """One fork server process: started by fork+exec, ready once it imported the app."""
+    """One fork server process: started by fork+exec, ready once it imported the app.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, app: str, env: dict[str, str],
-                 generation: int, on_ready: Callable[["ForkServer"], None],
-                 on_exit: Callable[["ForkServer", int], None]) -> None:
-        self.loop = loop
+    ``launch`` starts the process and needs no event loop (the master's command line launches
+    the first one before it imports or connects anything: docs/spawning.md); ``attach`` then
+    watches it from the loop. Its ready message waits in the socket until then."""
+
+    def __init__(self, app: str, env: dict[str, str], generation: int) -> None:
         self.app = app
         self.env = env
         self.generation = generation
-        self.on_ready = on_ready
-        self.on_exit = on_exit
         self.ready = False
         self.ready_at = 0.0
         self.exited = False
-        self.gone = asyncio.Event()
+        self.attached = False
         self._owed: deque[Callable[[int | None], None]] = deque()  # spawns awaiting a reply
         self._overdue: asyncio.TimerHandle | None = None
 
-    def start(self) -> None:
+    def launch(self) -> "ForkServer":
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             fd = theirs.fileno()
@@ -94,8 +96,26 @@ class ForkServer:
         self.control.settimeout(SPAWN_TIMEOUT)
         self.started = time.monotonic()
         self.pidfd = os.pidfd_open(self.popen.pid)
+        return self
+
+    def attach(self, loop: asyncio.AbstractEventLoop, on_ready: Callable[["ForkServer"], None],
+               on_exit: Callable[["ForkServer", int], None]) -> None:
+        self.loop = loop
+        self.on_ready = on_ready
+        self.on_exit = on_exit
+        import asyncio
+
+        self.attached = True
+        self.gone = asyncio.Event()
         self.loop.add_reader(self.control.fileno(), self._readable)
         self.loop.add_reader(self.pidfd, self._exited)
+
+    def abandon(self) -> None:
+        """Kill and reap a launched server that was never attached (the master did not start)."""
+        self.popen.kill()
+        self.popen.wait()
+        os.close(self.pidfd)
+        self.control.close()
 
     @property
     def pid(self) -> int:
@@ -200,8 +220,10 @@ class ForkServers:
     """The fork server the supervisor spawns through: its start, restarts and reloads."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, app: str, env: dict[str, str],
-                 on_died: Callable[[], None] = lambda: None) -> None:
+                 on_died: Callable[[], None] = lambda: None,
+                 launched: ForkServer | None = None) -> None:
         self.loop = loop
+        self.launched = launched  # the first server, launched before the loop ran
         self.app = app
         self.env = env
         self.on_died = on_died  # for a metric
@@ -215,14 +237,19 @@ class ForkServers:
         self.closing = False
 
     def _new(self) -> ForkServer:
-        server = ForkServer(self.loop, self.app, self.env, self._generation,
-                            self._ready, self._exit)
+        server = ForkServer(self.app, self.env, self._generation).launch()
         self._generation += 1
-        server.start()
+        server.attach(self.loop, self._ready, self._exit)
         return server
 
     def start(self) -> None:
-        self.current = self._new()
+        launched, self.launched = self.launched, None
+        if launched is None:
+            self.current = self._new()
+            return
+        self._generation = launched.generation + 1
+        launched.attach(self.loop, self._ready, self._exit)
+        self.current = launched
 
     async def booted(self) -> int | None:
         """None once the first server is ready; else the exit status it died with."""
@@ -303,7 +330,12 @@ class ForkServers:
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Retire every server and wait for them to exit (safe twice)."""
+        import asyncio
+
         self.closing = True
+        if self.launched is not None:  # never attached: the master stopped before it started
+            self.launched.abandon()
+            self.launched = None
         if self._restart is not None:
             self._restart.cancel()
         servers = [s for s in (self.current, self.pending) if s is not None and not s.exited]
@@ -316,3 +348,11 @@ class ForkServers:
             except asyncio.TimeoutError:
                 for server in servers:
                     server.kill()
+
+
+def child_env(dsn: str, schema: str) -> dict[str, str]:
+    """The environment of the fork server and every child (forked ones inherit the server's)."""
+    env = dict(os.environ)
+    env["JOBRUN_DATABASE_URL"] = dsn  # for transactional handlers; never in argv
+    env["JOBRUN_SCHEMA"] = schema
+    return env
