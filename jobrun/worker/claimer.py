@@ -270,7 +270,7 @@ class Claimer(Service):
         rows.reverse()
         batches: Batch = {}
         for child in reserved:
-            if child.state is S.STARTING and child.parked is None and rows:
+            if d.parks(child) and child.parked is None and rows:
                 self._assign(child, rows.pop(), batches)  # parked until it is ready
                 continue
             if child.state is not S.RESERVED:
@@ -322,7 +322,7 @@ class Claimer(Service):
             "queue": job.queue, "attempt": job.attempts, "max_attempts": job.max_attempts,
             "priority": row["priority"], "created_at": job.created_at,
             "key": row["idempotency_key"], "traceparent": row["traceparent"]}, row["payload"])
-        if child.state is S.STARTING:
+        if self.dispatcher.parks(child):
             self.dispatcher.park(child, job, frame)
             return
         if child.job is None:

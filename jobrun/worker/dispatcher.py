@@ -96,9 +96,19 @@ class Dispatcher(Service):
         return self.supervisor.spawn(index, self.generation)
 
     def current(self) -> list[Child]:
-        """Children of the newest generation that are not on their way out."""
+        """Children of the newest generation that are not on their way out (nor holding their
+        last job: their successors count instead)."""
         return [c for c in self.supervisor.alive()
-                if c.generation == self.generation and c.state not in (S.RETIRING, S.EXITED)]
+                if c.generation == self.generation and c.state not in (S.RETIRING, S.EXITED)
+                and not self._finishing(c)]
+
+    def _finishing(self, child: Child) -> bool:
+        """A forked child that holds the last job --max-tasks-per-child lets it run. Its
+        successor is forked at once and waits, ready (STANDBY), for that job's result: the
+        slot is never empty for a child's start, and never runs two jobs at once."""
+        limit = self.supervisor.max_tasks
+        return (bool(limit) and child.forked and child.state is S.BUSY
+                and child.jobs_done + child.held() >= limit)
 
     def idle(self) -> list[Child]:
         return [c for c in self.supervisor.alive()
@@ -117,8 +127,23 @@ class Dispatcher(Service):
         if self.closing:
             return []
         return [c for c in self.supervisor.alive()
-                if c.state is S.STARTING and c.parked is None and c.forked
-                and c.generation == self.serving and c.kill_reason is None]
+                if self.parks(c) and c.parked is None and c.forked
+                and c.generation == self.serving and c.kill_reason is None
+                and self._short_wait(c)]
+
+    def parks(self, child: Child) -> bool:
+        """Whether a job handed to ``child`` now is parked (kept in the master) until it may
+        start: it is starting, or standing by for the child it replaces."""
+        return child.state in (S.STARTING, S.STANDBY)
+
+    def _short_wait(self, child: Child) -> bool:
+        """A successor is handed a job ahead only while its predecessor's job is of a task
+        whose recent runs were short (policy.prefetch), so no job waits on a long one."""
+        before = child.predecessor
+        if before is None or before.job is None:
+            return True
+        took = self.runtime.get(before.job.task)
+        return took is not None and took < self.settings.prefetch_max_runtime
 
     def park(self, child: Child, job: Inflight, frame: bytes) -> None:
         """Keep ``job`` (claimed for ``child``, which is starting) until it is ready."""
@@ -131,8 +156,25 @@ class Dispatcher(Service):
     def replenish(self) -> None:
         if self.closing:
             return
+        waiting = [c for c in self.supervisor.alive() if c.successor is None
+                   and c.generation == self.generation and self._finishing(c)]
         while len(self.current()) < self.target:
-            self.spawn()
+            child = self.spawn()
+            if waiting:
+                child.predecessor = waiting.pop(0)
+                child.predecessor.successor = child
+
+    def _succeeded(self, child: Child) -> None:
+        """``child`` ran its last job (or exited): its successor takes over its slot."""
+        successor, child.successor = child.successor, None
+        if successor is None:
+            return
+        successor.predecessor = None
+        if successor.state is S.STANDBY:
+            if successor.parked is not None:
+                self._start_parked(successor)
+            else:
+                successor.state = S.IDLE
 
     def resize(self, target: int) -> None:
         self.target = target
@@ -202,6 +244,8 @@ class Dispatcher(Service):
         if child.state is S.RETIRING or child.generation != self.generation or self.closing:
             self.give_back_queued(child, "child retiring")
             self.supervisor.stop(child)
+        elif child.predecessor is not None:
+            child.state = S.STANDBY  # until the child it replaces ran its last job
         elif child.parked is not None:
             self._start_parked(child)
         else:
@@ -238,7 +282,8 @@ class Dispatcher(Service):
             self.metrics.child_exits.labels(f"recycle_{frame['recycle']}").inc()
             event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
                   reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
-            self.replenish()  # its replacement starts while it exits
+            self._succeeded(child)
+            self.replenish()  # its replacement starts while it exits (unless it stands by)
         elif child.queued:
             self.start_job(child, child.queued.popleft())  # already in its pipe: it runs it now
         elif child.state is S.RETIRING or child.generation != self.serving or self.closing:
@@ -258,6 +303,8 @@ class Dispatcher(Service):
         if limit:
             job.timer = asyncio.get_running_loop().call_later(
                 limit, self._hard_timeout, child, job.id, job.token)
+        if child.successor is None and self._finishing(child):
+            self.replenish()  # its successor starts now, and stands by
 
     def _start_parked(self, child: Child) -> None:
         """Hand a child that just became ready the job claimed for it while it started."""
@@ -358,6 +405,10 @@ class Dispatcher(Service):
     def on_exit(self, child: Child, status: int) -> None:
         what, sigkill = describe_exit(status)
         self.give_back_queued(child, "child exited")
+        self._succeeded(child)
+        if child.predecessor is not None:  # a successor that died: its predecessor gets another
+            child.predecessor.successor = None
+            child.predecessor = None
         job = child.job
         planned = (child.state is S.RETIRING or child.kill_reason is not None or self.closing
                    or child.generation > self.generation)

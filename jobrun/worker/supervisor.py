@@ -43,10 +43,12 @@ class ChildState(enum.Enum):
 
         STARTING --ready--> IDLE --claim--> RESERVED --job--> BUSY --result--> IDLE ...
         STARTING (a job parked for it) --ready--> BUSY
+        STARTING (a successor) --ready--> STANDBY --its predecessor's last result--> IDLE | BUSY
         any --stop/recycle/reload--> RETIRING;  any --exit--> EXITED
     """
 
     STARTING = "starting"
+    STANDBY = "standby"  # ready, waiting for the child it replaces to finish its last job
     IDLE = "idle"
     RESERVED = "reserved"  # idle, with a claim running for it
     BUSY = "busy"
@@ -85,6 +87,10 @@ class Child:
     # A job claimed for it while it starts, with its frame: kept in the master (a job goes
     # only to a child that is ready) and written the moment its ready frame arrives.
     parked: tuple[Inflight, bytes] | None = None
+    # --max-tasks-per-child: the child started to replace this one as it runs its last job,
+    # and the other way round (dispatcher: successors).
+    successor: "Child | None" = None
+    predecessor: "Child | None" = None
     kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced | unwritable
     ready: bool = False  # it reported ready once (its app loaded)
     rss: int = 0
