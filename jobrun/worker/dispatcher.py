@@ -241,7 +241,8 @@ class Dispatcher(Service):
                   note="a fresh child is already over --max-memory-per-child; not recycling for memory")
         if child.generation == self.generation != self.serving:
             self._promote()
-        if child.state is S.RETIRING or child.generation != self.generation or self.closing:
+        if (child.state is S.RETIRING or child.generation != self.generation or self.closing
+                or child.kill_reason is not None):
             self.give_back_queued(child, "child retiring")
             self.supervisor.stop(child)
         elif child.predecessor is not None:

@@ -93,9 +93,10 @@ def test_a_parked_job_of_a_child_that_dies_before_it_is_ready_is_given_back():
             d.replenish()
             [child] = d.current()
             d.park(child, *job(7, "noop", "null"))
-            await until(lambda: child.pid)  # forked: it can be signalled
+            assert not child.pid  # the fork server has not answered yet: the kill waits for it
             m.supervisor.kill(child, "test")
             await until(lambda: returned)
+            await until(lambda: child not in m.supervisor.alive())
             assert returned == [[{"id": 7, "lease_token": 1, "queue": "default"}]]
             assert child.parked is None and not d.leases()
         finally:
