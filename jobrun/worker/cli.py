@@ -128,9 +128,19 @@ def launch_forkserver(settings: config.Settings, dsn: str):
     from jobrun.child.forkserver import unsupported
     from jobrun.worker.forkserver import ForkServer, child_env
 
+    from jobrun.policy import alive_interval
+
     if unsupported() is not None:
         return None
-    return ForkServer(settings.app or "", child_env(dsn, settings.schema), 0).launch()
+    # It forks the first -c children by itself once the app is imported, while this process
+    # is still importing and connecting; the master adopts them (the settings are the ones
+    # its supervisor would send).
+    request = {"max_tasks": settings.max_tasks_per_child,
+               "max_memory": settings.max_memory_per_child * 1024 * 1024,
+               "soft_time_limit": settings.soft_time_limit,
+               "alive_interval": alive_interval(settings.lease_ttl)}
+    return ForkServer(settings.app or "", child_env(dsn, settings.schema), 0).launch(
+        initial=settings.concurrency, request=request)
 
 
 def _run_master(settings: config.Settings, dsn_value: str, overrides: dict, no_migrate: bool,

@@ -78,21 +78,35 @@ class ForkServer:
         self.ready_at = 0.0
         self.exited = False
         self.attached = False
+        self._initial: dict[int, socket.socket] = {}  # index -> socket: first children
+        self._adoptable: dict[int, tuple[int, socket.socket]] = {}  # index -> (pid, socket)
         self._owed: deque[Callable[[int | None], None]] = deque()  # spawns awaiting a reply
         self._overdue: asyncio.TimerHandle | None = None
 
-    def launch(self) -> "ForkServer":
+    def launch(self, initial: int = 0, request: dict[str, Any] | None = None) -> "ForkServer":
+        """Start it; with ``initial``, it forks that many first children (index 1, 2, ...,
+        spawn settings ``request``) as soon as the app is imported, each serving a socket
+        passed now, and ``adopt`` hands them to the supervisor once they are reported."""
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(initial)]
+        self._initial = {index: ours for index, (ours, _) in enumerate(pairs, 1)}
         try:
             fd = theirs.fileno()
+            fds = [child_end.fileno() for _, child_end in pairs]
             cmd = [sys.executable, "-m", "jobrun.child.forkserver", "--fd", str(fd),
                    "--app", self.app, "--master-pid", str(os.getpid()),
                    "--generation", str(self.generation)]
+            if fds:
+                cmd += ["--initial-fds", ",".join(map(str, fds)),
+                        "--initial-request", json.dumps(request or {})]
             # Started from the event-loop (main) thread, like children: its PR_SET_PDEATHSIG,
             # and that of every child it forks, follows that thread.
-            self.popen = subprocess.Popen(cmd, pass_fds=[fd], env=self.env, stdin=subprocess.DEVNULL)
+            self.popen = subprocess.Popen(cmd, pass_fds=[fd, *fds], env=self.env,
+                                          stdin=subprocess.DEVNULL)
         finally:
             theirs.close()
+            for _, child_end in pairs:
+                child_end.close()
         self.control.settimeout(SPAWN_TIMEOUT)
         self.started = time.monotonic()
         self.pidfd = os.pidfd_open(self.popen.pid)
@@ -110,12 +124,33 @@ class ForkServer:
         self.loop.add_reader(self.control.fileno(), self._readable)
         self.loop.add_reader(self.pidfd, self._exited)
 
+    def adopt(self, index: int) -> tuple[int, socket.socket] | None:
+        """(pid, socket) of the first child of that index it forked by itself, once."""
+        return self._adoptable.pop(index, None)
+
+    def _close_initial(self) -> None:
+        for sock in self._initial.values():
+            sock.close()
+        self._initial.clear()
+
+    def drop_unadopted(self) -> None:
+        """First children the master did not want (fewer than asked): stopped and reaped."""
+        for pid, sock in self._adoptable.values():
+            sock.close()
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        self._adoptable.clear()
+
     def abandon(self) -> None:
         """Kill and reap a launched server that was never attached (the master did not start)."""
         self.popen.kill()
         self.popen.wait()
         os.close(self.pidfd)
         self.control.close()
+        self._close_initial()
 
     @property
     def pid(self) -> int:
@@ -136,6 +171,11 @@ class ForkServer:
         if kind == "ready" and not self.ready:
             self.ready = True
             self.ready_at = time.monotonic()
+            for index, pid in answer.get("children", ()):
+                sock = self._initial.pop(index, None)
+                if sock is not None:
+                    self._adoptable[index] = (pid, sock)
+            self._close_initial()  # sockets of first children it could not fork
             self.on_ready(self)
         elif kind in ("spawned", "error") and self._owed:
             done = self._owed.popleft()
@@ -255,6 +295,15 @@ class ForkServers:
         """None once the first server is ready; else the exit status it died with."""
         return await self._boot
 
+    def adopt(self, index: int) -> tuple[int, socket.socket] | None:
+        """A first child the server forked by itself at start, if it has one of ``index``."""
+        server = self.current
+        return None if server is None else server.adopt(index)
+
+    def drop_unadopted(self) -> None:
+        if self.current is not None:
+            self.current.drop_unadopted()
+
     def spawn(self, sock: socket.socket, request: dict[str, Any],
               done: Callable[[int | None], None]) -> bool:
         """Have a child forked to serve ``sock`` (``done(pid)``, or ``done(None)``: exec it
@@ -285,6 +334,7 @@ class ForkServers:
         if server is self.pending:
             old, self.current, self.pending = self.current, server, None
             if old is not None:
+                old.drop_unadopted()
                 old.retire()
             self._finish_reload(True)
         elif server is not self.current:
@@ -302,6 +352,7 @@ class ForkServers:
             return
         if server is not self.current:
             return  # retired after a reload, or superseded: expected
+        server.drop_unadopted()
         self.current = None
         if not self._boot.done():
             self._boot.set_result(status)
@@ -336,6 +387,7 @@ class ForkServers:
         if self.launched is not None:  # never attached: the master stopped before it started
             self.launched.abandon()
             self.launched = None
+        self.drop_unadopted()
         if self._restart is not None:
             self._restart.cancel()
         servers = [s for s in (self.current, self.pending) if s is not None and not s.exited]

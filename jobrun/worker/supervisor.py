@@ -190,6 +190,15 @@ class Supervisor:
         event loop does not wait for the fork. Until then it cannot be signalled; a kill
         asked for meanwhile is sent when its pid is known."""
         if self.forkservers is not None:
+            adopted = self.forkservers.adopt(index) if generation == 0 else None
+            if adopted is not None:  # forked by the fork server as it started: see launch
+                pid, sock = adopted
+                sock.setblocking(False)
+                child = Child(index=index, generation=generation, process=ForkedProcess(pid),
+                              sock=sock, pidfd=-1, _on_backlog=self._write_later)
+                self.children[child] = child
+                self._watch(child)
+                return child
             parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             parent_sock.setblocking(False)  # the event loop writes and reads it as it can
             child = Child(index=index, generation=generation, process=ForkedProcess(),
