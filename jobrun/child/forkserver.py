@@ -62,22 +62,12 @@ from setproctitle import setproctitle
 
 from jobrun import protocol
 from jobrun.app import App
+from jobrun.child.clone import CLONE_PARENT, SYS_CLONE, unsupported  # noqa: F401 - unsupported: for callers
 from jobrun.child.runtime import die_with_parent, load_app_or_exit, preload, run_child
 
-CLONE_PARENT = 0x00008000
-_SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}
 MAX_MESSAGE = 4096
 OWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # dispositions the fork server sets for itself
 _startup_handlers: dict[int, Any] = {}
-
-
-def unsupported() -> str | None:
-    """None when this machine can fork children as the master's own; else why not."""
-    if not sys.platform.startswith("linux"):
-        return "the fork server needs Linux (clone with CLONE_PARENT)"
-    if platform.machine() not in _SYS_CLONE:
-        return f"the fork server does not know the clone system call on {platform.machine()}"
-    return None
 
 
 def fork_as_sibling() -> int:
@@ -89,7 +79,7 @@ def fork_as_sibling() -> int:
     flags = ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD)
     zero = ctypes.c_ulong(0)
     api.PyOS_BeforeFork()
-    pid = libc.syscall(ctypes.c_long(_SYS_CLONE[platform.machine()]), flags, zero, zero, zero, zero)
+    pid = libc.syscall(ctypes.c_long(SYS_CLONE[platform.machine()]), flags, zero, zero, zero, zero)
     if pid == 0:
         api.PyOS_AfterFork_Child()
         return 0

@@ -25,8 +25,7 @@ def hide_secrets_in_title() -> None:
 if __name__ == "__main__" or sys.argv[0].endswith("jobrun-master"):
     hide_secrets_in_title()
 
-import asyncio  # noqa: E402 - after the title is safe
-import logging  # noqa: E402
+import logging  # noqa: E402 - after the title is safe
 import os  # noqa: E402
 from typing import Optional  # noqa: E402
 
@@ -125,7 +124,7 @@ def launch_forkserver(settings: config.Settings, dsn: str):
     master then says why)."""
     if settings.spawn != "fork":
         return None
-    from jobrun.child.forkserver import unsupported
+    from jobrun.child.clone import unsupported
     from jobrun.worker.forkserver import ForkServer, child_env
 
     from jobrun.policy import alive_interval
@@ -174,6 +173,8 @@ def _run_master(settings: config.Settings, dsn_value: str, overrides: dict, no_m
 
         return uvloop.run(master.run())
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep a fallback anyway
+        import asyncio
+
         return asyncio.run(master.run())
 
 

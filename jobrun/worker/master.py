@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from setproctitle import setproctitle
 
-from jobrun.child.forkserver import unsupported as forkserver_unsupported
+from jobrun.child.clone import unsupported as forkserver_unsupported
 from jobrun.config import Settings
 from jobrun.errors import JobrunError
 from jobrun.logs import event
