@@ -18,15 +18,20 @@ HTTP call, an e-mail) remains at-least-once.
 from __future__ import annotations
 
 import os
-from typing import Callable
-
-import psycopg
-from psycopg.rows import dict_row
+from typing import TYPE_CHECKING, Callable
 
 from jobrun import validate
 from jobrun.app import Job, TaskDef
 from jobrun.errors import LeaseLost
-from jobrun.sql import for_schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    import psycopg
+
+    from jobrun.sql import Queries
+
+# psycopg (and the named queries, built with it) are imported on first use: a child whose app
+# has no transactional task never needs them, and a forked child finds them imported already
+# when the fork server preloaded them (runtime.preload).
 
 
 KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 10, 5, 3  # seconds, seconds, probes
@@ -37,13 +42,25 @@ class EffectRunner:
                  idle_timeout: float = 300.0) -> None:
         self.dsn = dsn
         self.idle_timeout = idle_timeout
-        self.q = for_schema(schema)
+        self.schema = schema
+        self._q: Queries | None = None
         self.host = host
         self.master_pid = master_pid
         self.child = child
         self._conn: psycopg.Connection | None = None
 
+    @property
+    def q(self) -> Queries:
+        if self._q is None:
+            from jobrun.sql import for_schema
+
+            self._q = for_schema(self.schema)
+        return self._q
+
     def _connection(self) -> psycopg.Connection:
+        import psycopg
+        from psycopg.rows import dict_row
+
         if self._conn is None or self._conn.closed or self._conn.broken:
             if not self.dsn:
                 raise RuntimeError("transactional task: the child has no database URL")
@@ -67,6 +84,8 @@ class EffectRunner:
         Returns (result JSON text, skipped). Raises LeaseLost when the completion guard refused
         (everything rolled back), or whatever the handler raised (rolled back too).
         """
+        import psycopg
+
         conn = self._connection()
         key = job.idempotency_key or str(job.id)
         try:

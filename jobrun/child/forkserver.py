@@ -38,7 +38,9 @@ Control protocol (SOCK_SEQPACKET, one JSON message per packet):
     master -> server: {"t": "spawn", "index", "max_tasks", "max_memory", "soft_time_limit",
                        "alive_interval"} + the child's socket (SCM_RIGHTS)
                       {"t": "stop"} (or the socket closing): exit 0
-    server -> master: {"t": "ready", "pid"} once the app is imported (else exit code 3)
+    server -> master: {"t": "ready", "pid", "children": [[index, pid], ...]} once the app is
+                      imported (else exit code 3); "children" are the first children, forked
+                      at once for the sockets passed at exec (--initial-fds), without a request
                       {"t": "spawned", "pid"} | {"t": "error", "error"}
 """
 
@@ -60,22 +62,12 @@ from setproctitle import setproctitle
 
 from jobrun import protocol
 from jobrun.app import App
+from jobrun.child.clone import CLONE_PARENT, SYS_CLONE, unsupported  # noqa: F401 - unsupported: for callers
 from jobrun.child.runtime import die_with_parent, load_app_or_exit, preload, run_child
 
-CLONE_PARENT = 0x00008000
-_SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}
 MAX_MESSAGE = 4096
 OWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # dispositions the fork server sets for itself
 _startup_handlers: dict[int, Any] = {}
-
-
-def unsupported() -> str | None:
-    """None when this machine can fork children as the master's own; else why not."""
-    if not sys.platform.startswith("linux"):
-        return "the fork server needs Linux (clone with CLONE_PARENT)"
-    if platform.machine() not in _SYS_CLONE:
-        return f"the fork server does not know the clone system call on {platform.machine()}"
-    return None
 
 
 def fork_as_sibling() -> int:
@@ -87,7 +79,7 @@ def fork_as_sibling() -> int:
     flags = ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD)
     zero = ctypes.c_ulong(0)
     api.PyOS_BeforeFork()
-    pid = libc.syscall(ctypes.c_long(_SYS_CLONE[platform.machine()]), flags, zero, zero, zero, zero)
+    pid = libc.syscall(ctypes.c_long(SYS_CLONE[platform.machine()]), flags, zero, zero, zero, zero)
     if pid == 0:
         api.PyOS_AfterFork_Child()
         return 0
@@ -121,6 +113,28 @@ def _become_child(app: App, spec: str, control: socket.socket, fd: int, request:
 
 def _reply(control: socket.socket, obj: dict[str, Any]) -> None:
     control.send(json.dumps(obj).encode())
+
+
+def fork_initial(app: App, spec: str, control: socket.socket, master_pid: int,
+                 fds: list[int], request: dict[str, Any]) -> list[list[int]]:
+    """Fork the first children (index 1, 2, ...) for the sockets the master passed at exec:
+    they start while the master is still importing and connecting, and it adopts them."""
+    forked = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for index, fd in enumerate(fds, 1):
+        try:
+            pid = fork_as_sibling()
+        except OSError:
+            os.close(fd)  # the master spawns that one by request instead
+            continue
+        if pid == 0:
+            for other in fds[index:]:
+                os.close(other)
+            _become_child(app, spec, control, fd, {**request, "index": index}, master_pid)
+        os.close(fd)
+        forked.append([index, pid])
+    return forked
 
 
 def serve(app: App, spec: str, control: socket.socket, master_pid: int) -> None:
@@ -159,7 +173,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--app", required=True)
     parser.add_argument("--master-pid", type=int, required=True)
     parser.add_argument("--generation", type=int, default=0)
+    parser.add_argument("--initial-fds", default="", help="comma-separated: a socket for each"
+                        " of the first children, forked as soon as the app is imported")
+    parser.add_argument("--initial-request", default="{}", help="JSON: their spawn settings")
     args = parser.parse_args(argv)
+    initial = [int(fd) for fd in args.initial_fds.split(",") if fd]
 
     die_with_parent(args.master_pid)
     # Like a child: ^C and a service manager's group-wide TERM belong to the master. A forked
@@ -169,13 +187,15 @@ def main(argv: list[str] | None = None) -> None:
     setproctitle(f"jobrun-forkserver: {args.app} generation={args.generation}")
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
     app = load_app_or_exit(args.app, "jobrun-forkserver")
-    preload()
+    preload(app)
     # What the import and preload built stays put: the collector never walks (and so never
     # writes to) the objects every child shares, so their pages stay shared copy-on-write.
     gc.collect()
     gc.freeze()
     try:
-        _reply(control, {"t": "ready", "pid": os.getpid()})
+        children = fork_initial(app, args.app, control, args.master_pid, initial,
+                                json.loads(args.initial_request)) if initial else []
+        _reply(control, {"t": "ready", "pid": os.getpid(), "children": children})
         serve(app, args.app, control, args.master_pid)
     finally:
         sys.stderr.flush()

@@ -16,7 +16,6 @@ master drains and stops its children itself). It always leaves through ``os._exi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ctypes
 import os
 import signal
@@ -26,7 +25,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from setproctitle import setproctitle
 
@@ -37,6 +36,9 @@ from jobrun.child.effects import EffectRunner, from_environment
 from jobrun.errors import Cancelled, InvalidInput, LeaseLost, Permanent, Retry, SoftTimeLimit
 from jobrun.tracing import attempt_span
 from jobrun.policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, run_time_average, should_recycle
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncio  # imported by the first async handler: an app without one never needs it
 
 PR_SET_PDEATHSIG = 1
 LEASE_LOST = "lease_lost"  # reported to the master, which discards the attempt
@@ -267,6 +269,8 @@ class ChildRuntime:
             return {"outcome": FAILED, "error": f"handler returned {exc}"}
 
     async def _run_async(self, task: TaskDef, job: Job) -> Any:
+        import asyncio
+
         self._async_task = asyncio.current_task()
         try:
             return await task.fn(job)
@@ -279,6 +283,8 @@ class ChildRuntime:
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._loop.is_closed():
+            import asyncio
+
             self._loop = asyncio.new_event_loop()
         return self._loop
 
@@ -370,10 +376,15 @@ def load_app_or_exit(spec: str, who: str) -> App:
         os._exit(protocol.EXIT_BOOT_ERROR)
 
 
-def preload() -> None:
-    """Build once, in the fork server, what every child builds as it starts (the named
-    queries of its schema, ~10 ms), so that forked children find it made and shared."""
-    from_environment(0, 0)
+def preload(app: App) -> None:
+    """Build once, in the fork server, what every child of ``app`` would build (for its
+    transactional tasks: psycopg and the named queries of its schema; for its async ones:
+    asyncio), so that forked children find it made and shared. An app without them needs
+    neither."""
+    if any(task.transactional for task in app.tasks.values()):
+        _ = from_environment(0, 0).q
+    if any(task.is_async for task in app.tasks.values()):
+        import asyncio  # noqa: F401
 
 
 def run_child(app: App, app_spec: str, sock: socket.socket, index: int, master_pid: int, *,

@@ -125,10 +125,11 @@ class Claimer(Service):
         """One claim and hand-out; returns the count of consecutive failures."""
         d = self.dispatcher
         idle = d.idle()
+        coming = d.coming()  # starting: a job is parked for each, handed over once it is ready
         extra, most, dry_soon = self._room(len(idle))
-        if not prefetch.worth_claiming(len(idle), extra, most, dry_soon):
+        if not prefetch.worth_claiming(len(idle) + len(coming), extra, most, dry_soon):
             return failures
-        limit = len(idle) + extra
+        limit = len(idle) + len(coming) + extra
         for child in idle:
             child.state = S.RESERVED
         announced = self._announced
@@ -158,7 +159,7 @@ class Claimer(Service):
             self.wake()
             return failures + 1
         self.claimed += len(rows)
-        orphans = self._hand_out(idle, rows)
+        orphans = self._hand_out(idle + coming, rows)
         if orphans:
             await self.unclaim(orphans)
         if rows:
@@ -180,9 +181,8 @@ class Claimer(Service):
         finished with the outcome not yet written."""
         held: dict[str, int] = {}
         for child in self.dispatcher.supervisor.alive():
-            for job in (child.job, *child.queued):
-                if job is not None:
-                    held[job.queue] = held.get(job.queue, 0) + 1
+            for job in child.holding():
+                held[job.queue] = held.get(job.queue, 0) + 1
         for done in self.unwritten():
             held[done.queue] = held.get(done.queue, 0) + 1
         for queues in self._returning.values():
@@ -272,6 +272,9 @@ class Claimer(Service):
         rows.reverse()
         batches: Batch = {}
         for child in reserved:
+            if d.parks(child) and child.parked is None and rows:
+                self._assign(child, rows.pop(), batches)  # parked until it is ready
+                continue
             if child.state is not S.RESERVED:
                 continue  # exited while the claim ran
             if not rows:
@@ -321,6 +324,9 @@ class Claimer(Service):
             "queue": job.queue, "attempt": job.attempts, "max_attempts": job.max_attempts,
             "priority": row["priority"], "created_at": job.created_at,
             "key": row["idempotency_key"], "traceparent": row["traceparent"]}, row["payload"])
+        if self.dispatcher.parks(child):
+            self.dispatcher.park(child, job, frame)
+            return
         if child.job is None:
             self.dispatcher.start_job(child, job)
         else:

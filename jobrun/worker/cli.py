@@ -25,20 +25,19 @@ def hide_secrets_in_title() -> None:
 if __name__ == "__main__" or sys.argv[0].endswith("jobrun-master"):
     hide_secrets_in_title()
 
-import asyncio  # noqa: E402 - after the title is safe
-import logging  # noqa: E402
+import logging  # noqa: E402 - after the title is safe
 import os  # noqa: E402
 from typing import Optional  # noqa: E402
 
 import typer  # noqa: E402
 
 from jobrun import config
-from jobrun.store import db
 from jobrun import logs
-from jobrun.store import migrate
 from jobrun.errors import JobrunError
 from jobrun.logs import event
-from jobrun.worker.metrics import parse_addr
+
+# The database driver, the metrics and the master itself are imported only once the fork
+# server is launched (``launch_forkserver``): it imports the app meanwhile, on another core.
 
 cli = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0] if __doc__ else None)
 
@@ -99,11 +98,6 @@ def run(
     if settings.prefetch < 1:
         typer.echo("jobrun-master: error: --prefetch must be at least 1", err=True)
         raise typer.Exit(2)
-    try:
-        parse_addr(settings.metrics_addr, settings.metrics_allow_remote)
-    except JobrunError as exc:
-        typer.echo(f"jobrun-master: error: {exc}", err=True)
-        raise typer.Exit(2)
     if settings.log_format not in ("text", "json"):
         typer.echo("jobrun-master: error: --log-format is text or json", err=True)
         raise typer.Exit(2)
@@ -111,6 +105,54 @@ def run(
     log = logging.getLogger("jobrun.master")
     try:
         dsn_value = config.resolve_dsn(settings)
+    except JobrunError as exc:
+        event(log, logging.CRITICAL, "master.start_failed", error=str(exc))
+        raise typer.Exit(1)
+    launched = launch_forkserver(settings, dsn_value)
+    try:
+        code = _run_master(settings, dsn_value, overrides, no_migrate, launched, log)
+    finally:
+        if launched is not None and launched.popen.returncode is None and not launched.attached:
+            launched.abandon()  # the master did not get as far as starting it
+    raise typer.Exit(code)
+
+
+def launch_forkserver(settings: config.Settings, dsn: str):
+    """With --spawn fork, launch the fork server now, before this process imports its heavy
+    parts, runs migrations or opens any connection or thread: the app's import there overlaps
+    all of that (docs/spawning.md). None with --spawn exec or where forking is unsupported (the
+    master then says why)."""
+    if settings.spawn != "fork":
+        return None
+    from jobrun.child.clone import unsupported
+    from jobrun.worker.forkserver import ForkServer, child_env
+
+    from jobrun.policy import alive_interval
+
+    if unsupported() is not None:
+        return None
+    # It forks the first -c children by itself once the app is imported, while this process
+    # is still importing and connecting; the master adopts them (the settings are the ones
+    # its supervisor would send).
+    request = {"max_tasks": settings.max_tasks_per_child,
+               "max_memory": settings.max_memory_per_child * 1024 * 1024,
+               "soft_time_limit": settings.soft_time_limit,
+               "alive_interval": alive_interval(settings.lease_ttl)}
+    return ForkServer(settings.app or "", child_env(dsn, settings.schema), 0).launch(
+        initial=settings.concurrency, request=request)
+
+
+def _run_master(settings: config.Settings, dsn_value: str, overrides: dict, no_migrate: bool,
+                launched, log: logging.Logger) -> int:
+    from jobrun.store import db, migrate
+    from jobrun.worker.metrics import parse_addr
+
+    try:
+        parse_addr(settings.metrics_addr, settings.metrics_allow_remote)
+    except JobrunError as exc:
+        typer.echo(f"jobrun-master: error: {exc}", err=True)
+        return 2
+    try:
         if not no_migrate:
             with db.connect(dsn_value) as conn:
                 applied = migrate.migrate(conn, settings.schema)
@@ -118,21 +160,22 @@ def run(
                 event(log, logging.INFO, "schema.migrated", schema=settings.schema, versions=applied)
     except JobrunError as exc:
         event(log, logging.CRITICAL, "master.start_failed", error=str(exc))
-        raise typer.Exit(1)
+        return 1
 
     from jobrun.worker.master import Master
 
     def reload() -> config.Settings:
         return config.load(overrides)
 
-    master = Master(settings, dsn_value, reload_settings=reload)
+    master = Master(settings, dsn_value, reload_settings=reload, launched=launched)
     try:
         import uvloop
 
-        code = uvloop.run(master.run())
+        return uvloop.run(master.run())
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep a fallback anyway
-        code = asyncio.run(master.run())
-    raise typer.Exit(code)
+        import asyncio
+
+        return asyncio.run(master.run())
 
 
 def main() -> None:

@@ -96,9 +96,19 @@ class Dispatcher(Service):
         return self.supervisor.spawn(index, self.generation)
 
     def current(self) -> list[Child]:
-        """Children of the newest generation that are not on their way out."""
+        """Children of the newest generation that are not on their way out (nor holding their
+        last job: their successors count instead)."""
         return [c for c in self.supervisor.alive()
-                if c.generation == self.generation and c.state not in (S.RETIRING, S.EXITED)]
+                if c.generation == self.generation and c.state not in (S.RETIRING, S.EXITED)
+                and not self._finishing(c)]
+
+    def _finishing(self, child: Child) -> bool:
+        """A forked child that holds the last job --max-tasks-per-child lets it run. Its
+        successor is forked at once and waits, ready (STANDBY), for that job's result: the
+        slot is never empty for a child's start, and never runs two jobs at once."""
+        limit = self.supervisor.max_tasks
+        return (bool(limit) and child.forked and child.state is S.BUSY
+                and child.jobs_done + child.held() >= limit)
 
     def idle(self) -> list[Child]:
         return [c for c in self.supervisor.alive()
@@ -109,6 +119,36 @@ class Dispatcher(Service):
         return [c for c in self.supervisor.alive()
                 if c.state is S.BUSY and c.generation == self.serving]
 
+    def coming(self) -> list[Child]:
+        """Forked children of the serving generation still starting, none with a job parked:
+        a claim may park one job for each, so that a fresh child (a recycled one's
+        replacement above all) starts its first job the moment it is ready, not a claim
+        round trip later. Not exec'd ones: they take an import, not milliseconds, to start."""
+        if self.closing:
+            return []
+        return [c for c in self.supervisor.alive()
+                if self.parks(c) and c.parked is None and c.forked
+                and c.generation == self.serving and c.kill_reason is None
+                and self._short_wait(c)]
+
+    def parks(self, child: Child) -> bool:
+        """Whether a job handed to ``child`` now is parked (kept in the master) until it may
+        start: it is starting, or standing by for the child it replaces."""
+        return child.state in (S.STARTING, S.STANDBY)
+
+    def _short_wait(self, child: Child) -> bool:
+        """A successor is handed a job ahead only while its predecessor's job is of a task
+        whose recent runs were short (policy.prefetch), so no job waits on a long one."""
+        before = child.predecessor
+        if before is None or before.job is None:
+            return True
+        took = self.runtime.get(before.job.task)
+        return took is not None and took < self.settings.prefetch_max_runtime
+
+    def park(self, child: Child, job: Inflight, frame: bytes) -> None:
+        """Keep ``job`` (claimed for ``child``, which is starting) until it is ready."""
+        child.parked = (job, frame)
+
     def running(self) -> int:
         """How many children run a job (any generation)."""
         return sum(1 for c in self.supervisor.alive() if c.job is not None)
@@ -116,8 +156,25 @@ class Dispatcher(Service):
     def replenish(self) -> None:
         if self.closing:
             return
+        waiting = [c for c in self.supervisor.alive() if c.successor is None
+                   and c.generation == self.generation and self._finishing(c)]
         while len(self.current()) < self.target:
-            self.spawn()
+            child = self.spawn()
+            if waiting:
+                child.predecessor = waiting.pop(0)
+                child.predecessor.successor = child
+
+    def _succeeded(self, child: Child) -> None:
+        """``child`` ran its last job (or exited): its successor takes over its slot."""
+        successor, child.successor = child.successor, None
+        if successor is None:
+            return
+        successor.predecessor = None
+        if successor.state is S.STANDBY:
+            if successor.parked is not None:
+                self._start_parked(successor)
+            else:
+                successor.state = S.IDLE
 
     def resize(self, target: int) -> None:
         self.target = target
@@ -184,8 +241,14 @@ class Dispatcher(Service):
                   note="a fresh child is already over --max-memory-per-child; not recycling for memory")
         if child.generation == self.generation != self.serving:
             self._promote()
-        if child.state is S.RETIRING or child.generation != self.generation or self.closing:
+        if (child.state is S.RETIRING or child.generation != self.generation or self.closing
+                or child.kill_reason is not None):
+            self.give_back_queued(child, "child retiring")
             self.supervisor.stop(child)
+        elif child.predecessor is not None:
+            child.state = S.STANDBY  # until the child it replaces ran its last job
+        elif child.parked is not None:
+            self._start_parked(child)
         else:
             child.state = S.IDLE
         self.booted.set()
@@ -220,7 +283,8 @@ class Dispatcher(Service):
             self.metrics.child_exits.labels(f"recycle_{frame['recycle']}").inc()
             event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
                   reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
-            self.replenish()  # its replacement starts while it exits
+            self._succeeded(child)
+            self.replenish()  # its replacement starts while it exits (unless it stands by)
         elif child.queued:
             self.start_job(child, child.queued.popleft())  # already in its pipe: it runs it now
         elif child.state is S.RETIRING or child.generation != self.serving or self.closing:
@@ -240,6 +304,23 @@ class Dispatcher(Service):
         if limit:
             job.timer = asyncio.get_running_loop().call_later(
                 limit, self._hard_timeout, child, job.id, job.token)
+        if child.successor is None and self._finishing(child):
+            self.replenish()  # its successor starts now, and stands by
+
+    def _start_parked(self, child: Child) -> None:
+        """Hand a child that just became ready the job claimed for it while it started."""
+        job, frame = child.parked
+        child.parked = None
+        self.start_job(child, job)
+        if child.send(frame):
+            return
+        self._finish(child, job)  # its socket is broken: it never got the job
+        child.parked = (job, frame)
+        child.state = S.RETIRING
+        self.give_back_queued(child, "child unwritable")
+        event(log, logging.ERROR, "child.unwritable", child=child.index, pid=child.pid, jobs=1,
+              note="replacing the child")
+        self.supervisor.kill(child, "unwritable")
 
     def _finish(self, child: Child, job: Inflight) -> None:
         if job.timer is not None:
@@ -267,6 +348,9 @@ class Dispatcher(Service):
         """Jobs waiting in a child that will never run them go back to the queue as if never
         claimed (their attempt is not counted); fenced ones are not ours to give back."""
         rows = []
+        if child.parked is not None:
+            child.queued.appendleft(child.parked[0])
+            child.parked = None
         while child.queued:
             job = child.queued.popleft()
             if (job.id, job.token) in self.fenced:
@@ -322,6 +406,10 @@ class Dispatcher(Service):
     def on_exit(self, child: Child, status: int) -> None:
         what, sigkill = describe_exit(status)
         self.give_back_queued(child, "child exited")
+        self._succeeded(child)
+        if child.predecessor is not None:  # a successor that died: its predecessor gets another
+            child.predecessor.successor = None
+            child.predecessor = None
         job = child.job
         planned = (child.state is S.RETIRING or child.kill_reason is not None or self.closing
                    or child.generation > self.generation)
@@ -384,9 +472,7 @@ class Dispatcher(Service):
         now = time.monotonic()
         quiet = self.settings.lease_ttl / 3
         for child in list(self.supervisor.children.values()):
-            job = child.job
-            jobs = (job, *child.queued) if job is not None else tuple(child.queued)
-            for held in jobs:
+            for held in child.holding():
                 alive = now - max(child.last_alive, held.dispatched or held.claimed) < quiet
                 out.append(Lease(held.id, held.token, child, held.claimed, alive))
         return out

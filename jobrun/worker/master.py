@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from setproctitle import setproctitle
 
-from jobrun.child.forkserver import unsupported as forkserver_unsupported
+from jobrun.child.clone import unsupported as forkserver_unsupported
 from jobrun.config import Settings
 from jobrun.errors import JobrunError
 from jobrun.logs import event
@@ -39,7 +39,7 @@ from jobrun.worker.claimer import Claimer
 from jobrun.worker.completer import Completer
 from jobrun.worker.dispatcher import Dispatcher
 from jobrun.worker.exits import EXIT_BOOT_ERROR, EXIT_FATAL, EXIT_OK, describe_exit
-from jobrun.worker.forkserver import ForkServers
+from jobrun.worker.forkserver import ForkServer, ForkServers, child_env
 from jobrun.worker.heartbeat import Heartbeater
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
@@ -58,8 +58,10 @@ COMPLETE_LINGER = 0.005
 
 class Master:
     def __init__(self, settings: Settings, dsn: str,
-                 reload_settings: Callable[[], Settings] | None = None) -> None:
+                 reload_settings: Callable[[], Settings] | None = None,
+                 launched: ForkServer | None = None) -> None:
         self.settings = settings
+        self.launched = launched  # the first fork server, launched by the command line
         self.dsn = dsn
         self.reload_settings = reload_settings
         self.q = for_schema(settings.schema)
@@ -86,8 +88,11 @@ class Master:
         self._wire()
         if self.forkservers is not None:
             # First, before any thread or connection of the master exists; it imports the app
-            # while the claimer connects.
+            # while the claimer connects. Usually the command line launched it already, before
+            # the master's own imports and migrations: here it is only watched.
             self.forkservers.start()
+        elif self.launched is not None:
+            self.launched.abandon()
         try:
             await self.claimer.connect()
         except JobrunError as exc:
@@ -175,8 +180,9 @@ class Master:
             event(log, logging.WARNING, "forkserver.unsupported", reason=why,
                   note="starting every child by exec")
             return None
+        launched, self.launched = self.launched, None
         return ForkServers(self.loop, self.settings.app or "", env,
-                           on_died=self.metrics.forkserver_deaths.inc)
+                           on_died=self.metrics.forkserver_deaths.inc, launched=launched)
 
     def _forkserver_boot_failed(self, status: int) -> int:
         what, _ = describe_exit(status)
@@ -198,10 +204,7 @@ class Master:
         service.start()
 
     def _child_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["JOBRUN_DATABASE_URL"] = self.dsn  # for transactional handlers; never in argv
-        env["JOBRUN_SCHEMA"] = self.settings.schema
-        return env
+        return child_env(self.dsn, self.settings.schema)
 
     def _changed(self) -> None:
         self.ticker.mark_changed()

@@ -100,7 +100,7 @@ class Metrics:
         self.build.labels(__version__, platform.python_version()).set(1)
 
     def set_children(self, states: dict[str, int]) -> None:
-        for state in ("starting", "idle", "busy", "retiring"):
+        for state in ("starting", "standby", "idle", "busy", "retiring"):
             self.children.labels(state).set(states.get(state, 0))
 
     def set_depth(self, rows: list[dict]) -> None:

@@ -42,10 +42,13 @@ class ChildState(enum.Enum):
     """A child's state, as the master sees it; this module owns it::
 
         STARTING --ready--> IDLE --claim--> RESERVED --job--> BUSY --result--> IDLE ...
+        STARTING (a job parked for it) --ready--> BUSY
+        STARTING (a successor) --ready--> STANDBY --its predecessor's last result--> IDLE | BUSY
         any --stop/recycle/reload--> RETIRING;  any --exit--> EXITED
     """
 
     STARTING = "starting"
+    STANDBY = "standby"  # ready, waiting for the child it replaces to finish its last job
     IDLE = "idle"
     RESERVED = "reserved"  # idle, with a claim running for it
     BUSY = "busy"
@@ -74,13 +77,20 @@ class Inflight:
 class Child:
     index: int
     generation: int
-    process: subprocess.Popen | ForkedProcess  # .pid, .wait()
+    process: subprocess.Popen | ForkedProcess  # .pid (0 until forked), .wait()
     sock: socket.socket
     pidfd: int
     state: ChildState = ChildState.STARTING
     job: Inflight | None = None  # the job it runs
     # Jobs already written to its socket, behind ``job``, in the order it will run them.
     queued: deque[Inflight] = field(default_factory=deque)
+    # A job claimed for it while it starts, with its frame: kept in the master (a job goes
+    # only to a child that is ready) and written the moment its ready frame arrives.
+    parked: tuple[Inflight, bytes] | None = None
+    # --max-tasks-per-child: the child started to replace this one as it runs its last job,
+    # and the other way round (dispatcher: successors).
+    successor: "Child | None" = None
+    predecessor: "Child | None" = None
     kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced | unwritable
     ready: bool = False  # it reported ready once (its app loaded)
     rss: int = 0
@@ -98,8 +108,21 @@ class Child:
     def pid(self) -> int:
         return self.process.pid
 
+    @property
+    def forked(self) -> bool:
+        """Forked by the fork server (it is ready within milliseconds), not exec'd."""
+        return isinstance(self.process, ForkedProcess)
+
     def held(self) -> int:
-        return (self.job is not None) + len(self.queued)
+        return (self.job is not None) + len(self.queued) + (self.parked is not None)
+
+    def holding(self) -> list[Inflight]:
+        """Every job it holds: parked for it, running, or waiting in its socket."""
+        jobs = [] if self.parked is None else [self.parked[0]]
+        if self.job is not None:
+            jobs.append(self.job)
+        jobs.extend(self.queued)
+        return jobs
 
     def signal(self, signum: int) -> bool:
         """Send a signal if the child has not been reaped; safe from any thread."""
@@ -159,35 +182,74 @@ class Supervisor:
         self.forkservers = forkservers  # None: every child by exec
         self.on_frame = on_frame
         self.on_exit = on_exit
-        self.children: dict[int, Child] = {}  # by pid
+        self.children: dict[Child, Child] = {}  # in spawn order
 
     def spawn(self, index: int, generation: int) -> Child:
-        process = None
+        """A new child, counted at once. A forked one is asked of the fork server and is
+        watched (its frames read, its exit seen) once the server answers with its pid: the
+        event loop does not wait for the fork. Until then it cannot be signalled; a kill
+        asked for meanwhile is sent when its pid is known."""
         if self.forkservers is not None:
+            adopted = self.forkservers.adopt(index) if generation == 0 else None
+            if adopted is not None:  # forked by the fork server as it started: see launch
+                pid, sock = adopted
+                sock.setblocking(False)
+                child = Child(index=index, generation=generation, process=ForkedProcess(pid),
+                              sock=sock, pidfd=-1, _on_backlog=self._write_later)
+                self.children[child] = child
+                self._watch(child)
+                return child
             parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            parent_sock.setblocking(False)  # the event loop writes and reads it as it can
+            child = Child(index=index, generation=generation, process=ForkedProcess(),
+                          sock=parent_sock, pidfd=-1, _on_backlog=self._write_later)
             try:
-                process = self.forkservers.spawn(child_sock, {
+                asked = self.forkservers.spawn(child_sock, {
                     "index": index, "max_tasks": self.max_tasks,
                     "max_memory": self.max_memory_bytes, "soft_time_limit": self.soft_time_limit,
-                    "alive_interval": self.alive_interval})
+                    "alive_interval": self.alive_interval},
+                    lambda pid: self._forked(child, pid))
             finally:
                 child_sock.close()
-            if process is None:  # a child it may have forked all the same must not share
-                parent_sock.close()  # the exec'd one's socket: it reads EOF and exits
-        if process is None:
-            parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                process = self._exec(child_sock, index)
-            finally:
-                child_sock.close()
-        parent_sock.setblocking(False)  # the event loop writes and reads it as it can
-        pidfd = os.pidfd_open(process.pid)
-        child = Child(index=index, generation=generation, process=process, sock=parent_sock,
-                      pidfd=pidfd, _on_backlog=self._write_later)
-        self.children[process.pid] = child
-        self.loop.add_reader(parent_sock.fileno(), self._readable, child)
-        self.loop.add_reader(pidfd, self._exited, child)
+            if asked:
+                self.children[child] = child
+                return child
+            parent_sock.close()
+        child = Child(index=index, generation=generation, process=None, sock=None, pidfd=-1,
+                      _on_backlog=self._write_later)
+        self.children[child] = child
+        self._start_by_exec(child)
         return child
+
+    def _forked(self, child: Child, pid: int | None) -> None:
+        if pid is None:  # the fork server failed it: a child it may have forked all the same
+            if child._outbox:
+                self.loop.remove_writer(child.sock.fileno())
+                child._outbox.clear()
+            child.sock.close()  # must not share the exec'd one's socket (it reads EOF, exits)
+            self._start_by_exec(child)
+            return
+        child.process.pid = pid
+        self._watch(child)
+
+    def _start_by_exec(self, child: Child) -> None:
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            child.process = self._exec(child_sock, child.index)
+        finally:
+            child_sock.close()
+        parent_sock.setblocking(False)  # the event loop writes and reads it as it can
+        child.sock = parent_sock
+        self._watch(child)
+
+    def _watch(self, child: Child) -> None:
+        """Read its frames and see its exit, from now on."""
+        with child._lock:
+            child.pidfd = os.pidfd_open(child.pid)
+        self.loop.add_reader(child.sock.fileno(), self._readable, child)
+        self.loop.add_reader(child.pidfd, self._exited, child)
+        if child.kill_reason is not None:
+            child.signal(signal.SIGKILL)
 
     def _exec(self, child_sock: socket.socket, index: int) -> subprocess.Popen:
         fd = child_sock.fileno()
@@ -262,7 +324,7 @@ class Supervisor:
             os.close(child.pidfd)
             child.pidfd = -1
         child.sock.close()
-        self.children.pop(child.pid, None)
+        self.children.pop(child, None)
         try:
             self.on_exit(child, status)
         finally:

@@ -57,6 +57,21 @@ def test_max_tasks_per_child_1_forks_a_fresh_child_per_job(master, client, db):
     wait_for(lambda: len(m.children()) == 2, timeout=15, message="two live children")
 
 
+def test_a_recycled_childs_successor_stands_by_and_one_job_runs_at_a_time(master, client, db):
+    m = master("-c", "1", "--max-tasks-per-child", "1", app=APP, ready=1)
+    one_forkserver(m)
+    ids = enqueue(client, [("spawn.window", 0.4)] * 4)
+    # While a child runs its last job, its successor is forked and waits, ready and idle.
+    wait_for(lambda: len(m.children()) == 2 and len(m.idle_children()) == 1, timeout=20,
+             message="a child running its job beside its standby successor")
+    db.wait_status(ids, timeout=60)
+    runs = sorted((db.result(i) for i in ids), key=lambda r: r["start"])
+    assert len({r["pid"] for r in runs}) == 4  # a fresh child each
+    for before, after in zip(runs, runs[1:]):  # -c 1: never two jobs at once
+        assert before["end"] <= after["start"], (before, after)
+    wait_for(lambda: len(m.children()) == 1, timeout=15, message="one child left")
+
+
 def test_a_forked_child_has_the_signals_of_an_exec_child(master, client, db):
     forked = master("-c", "1", app=APP, ready=1)
     [f] = infos(client, db, 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 from pathlib import Path
 
 import jobrun
@@ -43,3 +44,11 @@ def info(job: jobrun.Job):
             "signals": {signal.Signals(s).name: _disposition(s) for s in catchable
                         if s < signal.SIGRTMIN},
             "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, ()))}
+
+
+@app.task("spawn.window")
+def window(job: jobrun.Job):
+    """Sleeps ``payload`` seconds; says when it ran (wall clock) and in which process."""
+    start = time.time()
+    time.sleep(float(job.payload or 0))
+    return {"pid": os.getpid(), "start": start, "end": time.time()}

@@ -10,10 +10,10 @@ import os
 import signal
 
 from jobrun import protocol
-from jobrun.worker.forkserver import ForkServers
+from jobrun.worker.forkserver import ForkServer, ForkServers
 from jobrun.worker.supervisor import Supervisor
 
-from tests.masterproc import live
+from tests.masterproc import live, title
 
 APP = "tests.apps.spawnapp"
 
@@ -108,5 +108,40 @@ def test_a_fork_server_whose_app_does_not_import_reports_the_boot_error(tmp_path
         servers.start()
         assert await asyncio.wait_for(servers.booted(), 30) == protocol.EXIT_BOOT_ERROR
         await servers.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_launched_server_forks_the_first_children_by_itself_and_they_are_adopted():
+    async def scenario():
+        request = {"max_tasks": 0, "max_memory": 0, "soft_time_limit": 0.0, "alive_interval": 1.0}
+        launched = ForkServer(APP, env(), 0).launch(initial=3, request=request)
+        servers = ForkServers(asyncio.get_running_loop(), APP, env(), launched=launched)
+        servers.start()
+        assert await asyncio.wait_for(servers.booted(), 30) is None
+        h = Harness(asyncio.get_running_loop(), servers)
+        try:
+            first, second = h.supervisor.spawn(1, 0), h.supervisor.spawn(2, 0)
+            # Forked before anyone asked: their pids are known at once, their ready frames
+            # waited in their sockets.
+            assert first.pid and second.pid and first.pid != second.pid
+            ready = set()
+            while len(ready) < 2:
+                child, frame = await asyncio.wait_for(h.frames.get(), 30)
+                assert frame["t"] == "ready"
+                ready.add(child)
+            assert ready == {first, second}
+            assert await h.imported_by(first) == launched.pid
+            assert title(second.pid).startswith("jobrun-child 2")
+            unadopted = launched._adoptable[3][0]  # the third was not wanted
+            assert live(unadopted)
+            later = h.supervisor.spawn(4, 0)  # not a first child: by request, as ever
+            await until(lambda: later.pid)
+            assert later.pid not in (first.pid, second.pid, unadopted)
+            for child in (first, second, later):
+                await h.end(child)
+        finally:
+            await servers.stop()
+        assert not live(unadopted)  # stopped and reaped with the server
 
     asyncio.run(scenario())

@@ -1,0 +1,157 @@
+"""A fresh forked child with its first job waiting, and a recycled child's successor: the
+dispatcher and supervisor of a wired master with a real fork server and real children, and no
+database (the claim is played by handing the dispatcher jobs as the claimer does)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from jobrun import protocol
+from jobrun.config import Settings
+from jobrun.worker.master import Master
+from jobrun.worker.supervisor import ChildState, Inflight
+
+S = ChildState
+
+
+async def until(predicate, timeout: float = 30.0):
+    """Wait until ``predicate()`` is truthy (checked every 5 ms) and return it."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+    return value
+
+
+def forking_master(**settings) -> Master:
+    """A master wired with a fork server, its children started by hand; no connection."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(),
+                                                             os.environ.get("PYTHONPATH")]))
+    master = Master(Settings(app="tests.apps.taskapp", metrics_addr="off", spawn="fork",
+                             **settings), "postgresql://unused")
+    master.loop = asyncio.get_running_loop()
+    master.done = asyncio.Event()
+    master.fast = asyncio.Event()
+    master._wire()
+    return master
+
+
+def job(job_id: int, task: str, payload: str) -> tuple[Inflight, bytes]:
+    inflight = Inflight(id=job_id, token=1, task=task, queue="default", attempts=1,
+                        max_attempts=3, crashes=0, created_at=0.0, claimed=time.monotonic())
+    frame = protocol.job_frame({"id": job_id, "token": 1, "owner": "test", "task": task,
+                                "queue": "default", "attempt": 1, "max_attempts": 3,
+                                "priority": 0, "created_at": 0.0, "key": None,
+                                "traceparent": None}, payload)
+    return inflight, frame
+
+
+async def booted(**settings) -> Master:
+    m = forking_master(**settings)
+    m.forkservers.start()
+    assert await asyncio.wait_for(m.forkservers.booted(), 30) is None
+    return m
+
+
+async def running_its_last_job(m: Master, job_id: int, seconds: str):
+    """The one child, handed (as the claimer does) a sleep job: its last, at max_tasks 1."""
+    d = m.dispatcher
+    d.replenish()
+    [child] = d.current()
+    await until(lambda: child.state is S.IDLE)
+    inflight, frame = job(job_id, "sleep", seconds)
+    d.start_job(child, inflight)
+    assert child.send(frame)
+    return child, inflight
+
+
+def run_with_master(body, **settings) -> None:
+    """Run ``await body(master)`` with a booted master, then stop its children and server."""
+    async def scenario():
+        m = await booted(**settings)
+        try:
+            await body(m)
+        finally:
+            await stop(m)
+    asyncio.run(scenario())
+
+
+async def stop(m: Master) -> None:
+    m.dispatcher.closing = True
+    for child in m.supervisor.alive():
+        m.supervisor.kill(child, "stopping")
+    await until(lambda: not m.supervisor.alive())
+    await m.forkservers.stop()
+
+
+def test_a_job_parked_for_a_starting_child_starts_the_moment_it_is_ready():
+    async def body(m: Master) -> None:
+        d = m.dispatcher
+        d.replenish()
+        first, second = d.current()
+        assert d.coming() == [first, second]  # starting, forked: a claim parks one each
+        parked, frame = job(1, "noop", '"parked"')
+        d.park(first, parked, frame)
+        assert first.held() == 1 and first.holding() == [parked]
+        assert [lease.id for lease in d.leases()] == [1]  # its lease is renewed meanwhile
+        assert d.coming() == [second]
+        # Handed over with its ready frame (no claimer runs here): it runs and succeeds.
+        await until(lambda: d.outcomes["succeeded"] == 1)
+        await until(lambda: second.state is S.IDLE)
+        assert first.state is S.IDLE and m.completer.pending[0].id == 1
+
+    run_with_master(body, concurrency=2)
+
+
+def test_a_parked_job_of_a_child_that_dies_before_it_is_ready_is_given_back():
+    async def body(m: Master) -> None:
+        d = m.dispatcher
+        returned: list[list[dict]] = []
+        d.give_back = returned.append
+        d.replenish()
+        [child] = d.current()
+        d.park(child, *job(7, "noop", "null"))
+        assert not child.pid  # the fork server has not answered yet: the kill waits for it
+        m.supervisor.kill(child, "test")
+        await until(lambda: returned)
+        await until(lambda: child not in m.supervisor.alive())
+        assert returned == [[{"id": 7, "lease_token": 1, "queue": "default"}]]
+        assert child.parked is None and not d.leases()
+
+    run_with_master(body, concurrency=1)
+
+
+def test_the_successor_of_a_child_on_its_last_job_stands_by_until_that_job_ends():
+    async def body(m: Master) -> None:
+        d = m.dispatcher
+        child, inflight = await running_its_last_job(m, 1, "0.5")
+        successor = child.successor
+        assert successor is not None and successor.predecessor is child
+        assert d.current() == [successor]  # the slot is the successor's now
+        await until(lambda: successor.state is S.STANDBY)
+        # Ready, but not idle: -c 1 never runs two jobs at once.
+        assert d.idle() == [] and child.job is inflight
+        # The job it would be handed waits on one whose run time is unknown: none is
+        # claimed for it ahead.
+        assert d.coming() == []
+        await until(lambda: d.outcomes["succeeded"] == 1)
+        assert successor.state is S.IDLE and successor.predecessor is None
+        await until(lambda: child not in m.supervisor.alive())  # the recycled one exited
+        assert d.current() == [successor] and len(m.supervisor.alive()) == 1
+
+    run_with_master(body, concurrency=1, max_tasks_per_child=1)
+
+
+def test_a_successor_takes_over_when_its_predecessor_dies_on_its_last_job():
+    async def body(m: Master) -> None:
+        d = m.dispatcher
+        child, _ = await running_its_last_job(m, 3, "30")
+        successor = child.successor
+        await until(lambda: successor.state is S.STANDBY)
+        m.supervisor.kill(child, "timeout")
+        await until(lambda: successor.state is S.IDLE)
+        assert d.outcomes["timeout"] == 1 and d.current() == [successor]
+
+    run_with_master(body, concurrency=1, max_tasks_per_child=1)
