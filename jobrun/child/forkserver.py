@@ -62,7 +62,7 @@ from setproctitle import setproctitle
 
 from jobrun import protocol
 from jobrun.app import App
-from jobrun.child.clone import CLONE_PARENT, SYS_CLONE, unsupported  # noqa: F401 - unsupported: for callers
+from jobrun.child.clone import CLONE_PARENT, SYS_CLONE
 from jobrun.child.runtime import die_with_parent, load_app_or_exit, preload, run_child
 
 MAX_MESSAGE = 4096

@@ -125,21 +125,15 @@ def launch_forkserver(settings: config.Settings, dsn: str):
     if settings.spawn != "fork":
         return None
     from jobrun.child.clone import unsupported
-    from jobrun.worker.forkserver import ForkServer, child_env
-
-    from jobrun.policy import alive_interval
+    from jobrun.worker.forkserver import ForkServer, child_env, child_limits
 
     if unsupported() is not None:
         return None
     # It forks the first -c children by itself once the app is imported, while this process
-    # is still importing and connecting; the master adopts them (the settings are the ones
-    # its supervisor would send).
-    request = {"max_tasks": settings.max_tasks_per_child,
-               "max_memory": settings.max_memory_per_child * 1024 * 1024,
-               "soft_time_limit": settings.soft_time_limit,
-               "alive_interval": alive_interval(settings.lease_ttl)}
+    # is still importing and connecting; the master adopts them (started as the ones its
+    # supervisor spawns later: child_limits).
     return ForkServer(settings.app or "", child_env(dsn, settings.schema), 0).launch(
-        initial=settings.concurrency, request=request)
+        initial=settings.concurrency, request=child_limits(settings))
 
 
 def _run_master(settings: config.Settings, dsn_value: str, overrides: dict, no_migrate: bool,

@@ -23,11 +23,12 @@ from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.logs import event
 from jobrun.policy import (
-    DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, alive_interval, boot_failure, decide,
+    DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
     max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
 )
 from jobrun.worker.completer import Completion
 from jobrun.worker.exits import EXIT_BOOT_ERROR, describe_exit
+from jobrun.worker.forkserver import child_limits
 from jobrun.worker.heartbeat import Lease
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import Metrics
@@ -80,11 +81,7 @@ class Dispatcher(Service):
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings
         self.target = settings.concurrency
-        sup = self.supervisor
-        sup.max_tasks = settings.max_tasks_per_child
-        sup.max_memory_bytes = settings.max_memory_per_child * 1024 * 1024
-        sup.soft_time_limit = settings.soft_time_limit
-        sup.alive_interval = alive_interval(settings.lease_ttl)
+        self.supervisor.configure(**child_limits(settings))
 
     # --- the pool -------------------------------------------------------------------------
 

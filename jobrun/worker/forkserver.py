@@ -33,9 +33,12 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from jobrun.logs import event
+from jobrun.policy import alive_interval
 from jobrun.worker.exits import describe_exit
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jobrun.config import Settings
+
     import asyncio  # imported where used: the command line launches a server before it
 
 log = logging.getLogger("jobrun.master")
@@ -400,6 +403,17 @@ class ForkServers:
             except asyncio.TimeoutError:
                 for server in servers:
                     server.kill()
+
+
+def child_limits(settings: Settings) -> dict[str, Any]:
+    """What every child starts with, forked or exec'd, in the keys of a spawn request: its
+    --max-tasks-per-child, --max-memory-per-child in bytes, --soft-time-limit, and how often a
+    busy child says it still runs (policy.alive_interval). The master's first children (forked
+    as the fork server starts) and those its supervisor spawns later start alike."""
+    return {"max_tasks": settings.max_tasks_per_child,
+            "max_memory": settings.max_memory_per_child * 1024 * 1024,
+            "soft_time_limit": settings.soft_time_limit,
+            "alive_interval": alive_interval(settings.lease_ttl)}
 
 
 def child_env(dsn: str, schema: str) -> dict[str, str]:

@@ -31,7 +31,7 @@ from jobrun.child.clone import unsupported as forkserver_unsupported
 from jobrun.config import Settings
 from jobrun.errors import JobrunError
 from jobrun.logs import event
-from jobrun.policy import alive_interval, database_reached, reap_interval
+from jobrun.policy import database_reached, reap_interval
 from jobrun.sql import for_schema
 from jobrun.worker import teardown
 from jobrun.worker.aging import AgingSweeper
@@ -39,7 +39,7 @@ from jobrun.worker.claimer import Claimer
 from jobrun.worker.completer import Completer
 from jobrun.worker.dispatcher import Dispatcher
 from jobrun.worker.exits import EXIT_BOOT_ERROR, EXIT_FATAL, EXIT_OK, describe_exit
-from jobrun.worker.forkserver import ForkServer, ForkServers, child_env
+from jobrun.worker.forkserver import ForkServer, ForkServers, child_env, child_limits
 from jobrun.worker.heartbeat import Heartbeater
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
@@ -129,9 +129,7 @@ class Master:
         env = self._child_env()
         self.forkservers = self._forkservers(env)
         self.supervisor = Supervisor(
-            self.loop, app=s.app or "", max_tasks=s.max_tasks_per_child,
-            max_memory_bytes=s.max_memory_per_child * 1024 * 1024,
-            soft_time_limit=s.soft_time_limit, alive_interval=alive_interval(s.lease_ttl),
+            self.loop, app=s.app or "", **child_limits(s),
             env=env, forkservers=self.forkservers,  # it reports to the dispatcher, made next
             on_frame=lambda child, frame: self.dispatcher.on_frame(child, frame),
             on_exit=lambda child, status: self.dispatcher.on_exit(child, status))

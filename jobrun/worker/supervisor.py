@@ -168,21 +168,27 @@ class Supervisor:
     """Starts children and reports their frames and exits to the master's callbacks."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, app: str, max_tasks: int,
-                 max_memory_bytes: int, soft_time_limit: float, alive_interval: float,
+                 max_memory: int, soft_time_limit: float, alive_interval: float,
                  env: dict[str, str], forkservers: ForkServers | None = None,
                  on_frame: Callable[[Child, dict[str, Any]], None],
                  on_exit: Callable[[Child, int], None]) -> None:
         self.loop = loop
         self.app = app
-        self.max_tasks = max_tasks
-        self.max_memory_bytes = max_memory_bytes
-        self.soft_time_limit = soft_time_limit
-        self.alive_interval = alive_interval
+        self.configure(max_tasks=max_tasks, max_memory=max_memory,
+                       soft_time_limit=soft_time_limit, alive_interval=alive_interval)
         self.env = env
         self.forkservers = forkservers  # None: every child by exec
         self.on_frame = on_frame
         self.on_exit = on_exit
         self.children: dict[Child, Child] = {}  # in spawn order
+
+    def configure(self, *, max_tasks: int, max_memory: int, soft_time_limit: float,
+                  alive_interval: float) -> None:
+        """What children started from now on start with (forkserver.child_limits)."""
+        self.max_tasks = max_tasks
+        self.max_memory = max_memory  # bytes
+        self.soft_time_limit = soft_time_limit
+        self.alive_interval = alive_interval
 
     def spawn(self, index: int, generation: int) -> Child:
         """A new child, counted at once. A forked one is asked of the fork server and is
@@ -205,9 +211,8 @@ class Supervisor:
                           sock=parent_sock, pidfd=-1, _on_backlog=self._write_later)
             try:
                 asked = self.forkservers.spawn(child_sock, {
-                    "index": index, "max_tasks": self.max_tasks,
-                    "max_memory": self.max_memory_bytes, "soft_time_limit": self.soft_time_limit,
-                    "alive_interval": self.alive_interval},
+                    "index": index, "max_tasks": self.max_tasks, "max_memory": self.max_memory,
+                    "soft_time_limit": self.soft_time_limit, "alive_interval": self.alive_interval},
                     lambda pid: self._forked(child, pid))
             finally:
                 child_sock.close()
@@ -255,7 +260,7 @@ class Supervisor:
         fd = child_sock.fileno()
         cmd = [sys.executable, "-m", "jobrun.child", "--fd", str(fd), "--index", str(index),
                "--app", self.app, "--master-pid", str(os.getpid()),
-               "--max-tasks", str(self.max_tasks), "--max-memory", str(self.max_memory_bytes),
+               "--max-tasks", str(self.max_tasks), "--max-memory", str(self.max_memory),
                "--soft-time-limit", str(self.soft_time_limit),
                "--alive-interval", str(self.alive_interval)]
         # Spawned from the event-loop (main) thread: PR_SET_PDEATHSIG fires when the

@@ -36,7 +36,7 @@ class Harness:
     def __init__(self, loop: asyncio.AbstractEventLoop, servers: ForkServers | None) -> None:
         self.frames: asyncio.Queue = asyncio.Queue()
         self.exits: asyncio.Queue = asyncio.Queue()
-        self.supervisor = Supervisor(loop, app=APP, max_tasks=0, max_memory_bytes=0,
+        self.supervisor = Supervisor(loop, app=APP, max_tasks=0, max_memory=0,
                                      soft_time_limit=0.0, alive_interval=1.0, env=env(),
                                      forkservers=servers,
                                      on_frame=lambda c, f: self.frames.put_nowait((c, f)),

@@ -22,7 +22,7 @@ class Recorder:
         self.exits: asyncio.Queue = asyncio.Queue()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-        self.supervisor = Supervisor(loop, app=APP, max_tasks=0, max_memory_bytes=0,
+        self.supervisor = Supervisor(loop, app=APP, max_tasks=0, max_memory=0,
                                      soft_time_limit=0.0, alive_interval=1.0, env=env,
                                      on_frame=lambda c, f: self.frames.put_nowait((c, f)),
                                      on_exit=lambda c, s: self.exits.put_nowait((c, c.kill_reason, s)))
