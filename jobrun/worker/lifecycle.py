@@ -9,8 +9,9 @@ a half-alive master that claims jobs whose outcomes are never written is worse t
 ``reconfigure(settings)`` applies new settings (SIGHUP) to the running part.
 
 ``PeriodicDbService`` is a part that does one unit of database work at a time on a connection
-of its own (the reaper, the aging sweeper): it reconnects when the connection broke, logs a
-failed unit and retries it after a backoff, and waits as long as the unit asks between units.
+of its own (the reaper, the aging sweeper, the worker registry): it reconnects when the
+connection broke, logs a failed unit and retries it after a backoff, and waits as long as the
+unit asks between units.
 """
 
 from __future__ import annotations
@@ -95,18 +96,25 @@ class PeriodicDbService(Service):
     """Runs ``tick(conn)`` again and again on a connection of its own, waiting the seconds it
     returns between two. A tick that raises (the database away, a statement refused) is logged
     as ``<name>.failed`` on ``logger``, counted by ``on_db_error`` and retried after a backoff
-    that grows with consecutive failures, on a new connection if the old one broke."""
+    that grows with consecutive failures, on a new connection if the old one broke. A tick that
+    went through calls ``on_db_ok``; when the part stops, ``finish(conn)`` runs before its
+    connection is closed."""
 
     logger = log
 
-    def __init__(self, dsn: str, on_db_error: Callable[[], None] | None = None) -> None:
+    def __init__(self, dsn: str, on_db_error: Callable[[], None] | None = None,
+                 on_db_ok: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.dsn = dsn
         self.on_db_error = on_db_error
+        self.on_db_ok = on_db_ok
 
     async def tick(self, conn: psycopg.AsyncConnection) -> float:  # pragma: no cover - abstract
         """One unit of work; returns the seconds to wait before the next."""
         raise NotImplementedError
+
+    async def finish(self, conn: psycopg.AsyncConnection | None) -> None:
+        """Last words when the part stops (``conn``: its connection, broken or None)."""
 
     async def _run(self) -> None:
         failures = 0
@@ -117,6 +125,8 @@ class PeriodicDbService(Service):
                     conn = await reconnect_if_broken(conn, self.dsn)
                     wait = await self.tick(conn)
                     failures = 0
+                    if self.on_db_ok:
+                        self.on_db_ok()
                 except Exception as exc:  # noqa: BLE001 - log, back off, go on
                     failures += 1
                     if self.on_db_error:
@@ -127,8 +137,11 @@ class PeriodicDbService(Service):
                     continue
                 await asyncio.sleep(wait)  # the part's period
         finally:
-            if conn is not None:
-                await conn.close()
+            try:
+                await self.finish(conn)
+            finally:
+                if conn is not None:
+                    await conn.close()
 
 
 async def backoff_sleep(attempt: int, base: float = 0.1, cap: float = 5.0) -> None:

@@ -10,7 +10,6 @@ take no more than a tenth of one master's time (each of M masters counts M times
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -19,7 +18,7 @@ from typing import Callable
 import psycopg
 
 from jobrun.store import db
-from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
+from jobrun.worker.lifecycle import PeriodicDbService, reconnect_if_broken
 from jobrun.logs import event
 from jobrun.sql import Queries
 
@@ -33,30 +32,23 @@ def depth_pause(interval: float, took: float, masters: int) -> float:
     return max(interval, 10 * took * max(1, masters))
 
 
-class Registry(Service):
+class Registry(PeriodicDbService):
     name = "registry"
+    logger = log
 
     def __init__(self, dsn: str, queries: Queries, row: Callable[[], dict],
                  on_depth: Callable[[list[dict]], None], interval: float = 2.0,
                  on_error: Callable[[], None] | None = None,
                  on_db_ok: Callable[[], None] | None = None) -> None:
-        super().__init__()
-        self.dsn = dsn
+        # on_db_ok: /healthz, the database was reached just now
+        super().__init__(dsn, on_db_error=on_error, on_db_ok=on_db_ok)
         self.q = queries
         self.row = row
         self.on_depth = on_depth
         self.interval = interval
-        self.on_error = on_error
-        self.on_db_ok = on_db_ok
-        self._conn: psycopg.AsyncConnection | None = None
         self._next_depth = 0.0
 
-    async def _connection(self) -> psycopg.AsyncConnection:
-        self._conn = await reconnect_if_broken(self._conn, self.dsn)
-        return self._conn
-
-    async def refresh(self) -> None:
-        conn = await self._connection()
+    async def tick(self, conn: psycopg.AsyncConnection) -> float:
         row = self.row()
         row["inflight"] = json.dumps(row["inflight"])
         await conn.execute(self.q.registry_upsert, row)
@@ -68,35 +60,16 @@ class Registry(Service):
             self.on_depth(await cur.fetchall())
             self._next_depth = time.monotonic() + depth_pause(
                 self.interval, time.monotonic() - started, live)
+        return self.interval  # the refresh period
 
-    async def _run(self) -> None:
-        failures = 0
+    async def finish(self, conn: psycopg.AsyncConnection | None) -> None:
+        """Remove this master's row (on a new connection if its own broke)."""
+        fresh = None
         try:
-            while True:
-                try:
-                    await self.refresh()
-                    failures = 0
-                    if self.on_db_ok:
-                        self.on_db_ok()  # /healthz: the database was reached just now
-                except Exception as exc:  # noqa: BLE001 - log, back off, go on
-                    failures += 1
-                    if self.on_error:
-                        self.on_error()
-                    event(log, logging.WARNING, "registry.failed", error=db.first_line(exc),
-                          retry=failures)
-                    await backoff_sleep(failures)
-                    continue
-                await asyncio.sleep(self.interval)  # the refresh period
-        finally:
-            await self._leave()
-
-    async def _leave(self) -> None:
-        try:
-            conn = await self._connection()
-            await conn.execute(self.q.registry_delete, {"owner": self.row()["owner"]})
+            fresh = await reconnect_if_broken(conn, self.dsn)
+            await fresh.execute(self.q.registry_delete, {"owner": self.row()["owner"]})
         except Exception as exc:  # noqa: BLE001 - the row goes stale and is purged anyway
             event(log, logging.WARNING, "registry.leave_failed", error=db.first_line(exc))
         finally:
-            if self._conn is not None:
-                await self._conn.close()
-                self._conn = None
+            if fresh is not None and fresh is not conn:
+                await fresh.close()
