@@ -9,6 +9,7 @@ refuses to run as root, so under root the server runs as an unprivileged system 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -117,3 +118,17 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01, message: 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+async def wait_for_async(predicate, timeout: float = 10.0, interval: float = 0.005,
+                         message: str = "condition"):
+    """``wait_for`` inside an event loop: polls ``predicate`` between turns of the loop, so
+    the callbacks it waits on keep running; its truthy value, or TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {message}")
+        await asyncio.sleep(interval)

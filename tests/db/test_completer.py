@@ -9,6 +9,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from jobrun.sql import for_schema
+from jobrun.testing import wait_for_async
 from jobrun.worker.completer import Completer, Completion
 from jobrun.worker.claimer import claim_params
 
@@ -63,7 +64,8 @@ def _gap_between_flushes(pg_dsn, schema, client, *, backlogged: bool, linger: fl
             for job_id in ids:
                 completer.submit(Completion(id=job_id, token=token[job_id], status="succeeded",
                                             outcome="succeeded", result="null"))
-                await wait_for_async(lambda: completer.writing, 20)  # the first flush is stuck
+                await wait_for_async(lambda: completer.writing, 20,
+                                     message="the first flush, held by the row lock")
             blocker.commit()
             assert await completer.drain(20 + linger)
             await completer.stop()
@@ -73,13 +75,6 @@ def _gap_between_flushes(pg_dsn, schema, client, *, backlogged: bool, linger: fl
     assert [client.get(i).status for i in ids] == ["succeeded", "succeeded"]
     assert len(flushed) == 2
     return flushed[1] - flushed[0]
-
-
-async def wait_for_async(condition, timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
 
 
 def test_results_during_a_flush_are_written_right_after_it_when_the_queue_keeps_up(

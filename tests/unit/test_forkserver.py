@@ -10,6 +10,7 @@ import os
 import signal
 
 from jobrun import protocol
+from jobrun.testing import wait_for_async
 from jobrun.worker.forkserver import ForkServer, ForkServers
 from jobrun.worker.supervisor import Supervisor
 
@@ -19,11 +20,7 @@ APP = "tests.apps.spawnapp"
 
 
 async def until(predicate, timeout: float = 30.0) -> None:
-    """Wait until ``predicate()`` holds (checked every 10 ms), or fail after ``timeout``."""
-    async def check() -> None:
-        while not predicate():
-            await asyncio.sleep(0.01)
-    await asyncio.wait_for(check(), timeout)
+    await wait_for_async(predicate, timeout)
 
 
 def env() -> dict[str, str]:

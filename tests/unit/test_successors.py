@@ -11,18 +11,14 @@ import time
 from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.worker.master import Master
+from jobrun.testing import wait_for_async
 from jobrun.worker.supervisor import ChildState, Inflight
 
 S = ChildState
 
 
 async def until(predicate, timeout: float = 30.0):
-    """Wait until ``predicate()`` is truthy (checked every 5 ms) and return it."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-    return value
+    return await wait_for_async(predicate, timeout)
 
 
 def forking_master(**settings) -> Master:
