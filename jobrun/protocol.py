@@ -25,6 +25,10 @@ from typing import Any
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
 
+# The signals the master handles (docs/master.md). An exec'd child starts with each at its
+# default (a handler does not survive exec); a forked child sets them so (child/forkserver.py).
+MASTER_SIGNALS = ("TERM", "INT", "QUIT", "HUP", "TTIN", "TTOU")
+
 # Child exit codes: a protocol between child and master.
 EXIT_OK = 0
 EXIT_BOOT_ERROR = 3  # the app failed to import: the master must stop, not respawn

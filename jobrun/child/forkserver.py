@@ -28,9 +28,11 @@ safe only because this process has exactly one thread (no lock can be held by an
 so are handlers C libraries registered with ``pthread_atfork`` (docs/spawning.md says when
 that matters: choose ``--spawn exec``).
 
-**What a child resets.** The control socket is closed; signal mask emptied; the dispositions
-the fork server set for itself (OWN_SIGNALS) are put back as the interpreter started with
-them, then the child runtime sets its own as an exec'd child does; ``random`` is reseeded (its at-fork hook did already; ``random.seed()`` again keeps it
+**What a child resets.** The control socket is closed; signal mask emptied; the signals the
+master handles (protocol.MASTER_SIGNALS, OWN_SIGNALS among them) are set to their defaults,
+as an exec'd child finds them: the server was launched before the master's handlers existed,
+so it may carry dispositions the master replaced (a shell's ignored SIGHUP and SIGQUIT under
+``nohup cmd &``); then the child runtime sets its own as an exec'd child does; ``random`` is reseeded (its at-fork hook did already; ``random.seed()`` again keeps it
 true for an interpreter built without the hook); the process title is the child's own.
 Handlers and state the *app* created at import are kept: an exec'd child has them too.
 
@@ -67,7 +69,6 @@ from jobrun.child.runtime import die_with_parent, load_app_or_exit, preload, run
 
 MAX_MESSAGE = 4096
 OWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # dispositions the fork server sets for itself
-_startup_handlers: dict[int, Any] = {}
 
 
 def fork_as_sibling() -> int:
@@ -98,8 +99,8 @@ def _become_child(app: App, spec: str, control: socket.socket, fd: int, request:
         index = int(request["index"])
         die_with_parent(master_pid)  # the parent is the master (CLONE_PARENT)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        for signum, handler in _startup_handlers.items():
-            signal.signal(signum, handler)
+        for name in protocol.MASTER_SIGNALS:  # as an exec'd child of the master finds them
+            signal.signal(getattr(signal, "SIG" + name), signal.SIG_DFL)
         random.seed()
         setproctitle(f"jobrun-child {index}: starting")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
@@ -181,9 +182,9 @@ def main(argv: list[str] | None = None) -> None:
 
     die_with_parent(args.master_pid)
     # Like a child: ^C and a service manager's group-wide TERM belong to the master. A forked
-    # child puts back what an interpreter starts with before its runtime sets its own.
+    # child puts the master's signals back to their defaults before its runtime sets its own.
     for signum in OWN_SIGNALS:
-        _startup_handlers[signum] = signal.signal(signum, signal.SIG_IGN)
+        signal.signal(signum, signal.SIG_IGN)
     setproctitle(f"jobrun-forkserver: {args.app} generation={args.generation}")
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
     app = load_app_or_exit(args.app, "jobrun-forkserver")

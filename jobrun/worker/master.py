@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from setproctitle import setproctitle
 
+from jobrun import protocol
 from jobrun.child.clone import unsupported as forkserver_unsupported
 from jobrun.config import Settings
 from jobrun.errors import JobrunError
@@ -104,9 +105,9 @@ class Master:
             if status is not None:
                 await self.claimer.close()
                 return self._forkserver_boot_failed(status)
-        for name in ("term", "int", "quit", "hup", "ttin", "ttou"):
-            self.loop.add_signal_handler(getattr(signal, "SIG" + name.upper()),
-                                         getattr(self, "handle_" + name))
+        for name in protocol.MASTER_SIGNALS:
+            self.loop.add_signal_handler(getattr(signal, "SIG" + name),
+                                         getattr(self, "handle_" + name.lower()))
         booting = [s for s in (self.http, self.dispatcher) if s is not None]
         serving = [self.completer, self.notifier, self.reaper, self.aging, self.scheduler,
                    self.registry, self.ticker, self.heartbeater, self.claimer]

@@ -72,7 +72,18 @@ def test_a_recycled_childs_successor_stands_by_and_one_job_runs_at_a_time(master
     wait_for(lambda: len(m.children()) == 1, timeout=15, message="one child left")
 
 
-def test_a_forked_child_has_the_signals_of_an_exec_child(master, client, db):
+@pytest.fixture
+def hangup_and_quit_ignored():
+    """Masters started as by ``nohup jobrun-master &`` from a shell: SIGHUP and SIGQUIT ignored
+    from the start (the master installs its own handlers later, its fork server before that)."""
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGQUIT)}
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler)
+
+
+def test_a_forked_child_has_the_signals_of_an_exec_child(master, client, db,
+                                                         hangup_and_quit_ignored):
     forked = master("-c", "1", app=APP, ready=1)
     [f] = infos(client, db, 1)
     assert f["imported_by"] == one_forkserver(forked) != f["pid"]
