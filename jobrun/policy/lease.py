@@ -16,6 +16,14 @@ def lease_deadline(last_renewal: float, ttl: float, period: float) -> float:
     return last_renewal + ttl - period
 
 
+def retry_wait(period: float, now: float, due: float) -> float:
+    """Seconds until the next try after a renewal that failed, ``due`` being the first lease's
+    deadline. A full period would reach that deadline with no time left to renew (a renewal is
+    due a period after the last, the deadline two after it); half the time left lets a second
+    try still fit, and a third after it. At least 50 ms, at most a period."""
+    return max(0.05, min(period, (due - now) / 2))
+
+
 def heartbeat_period(ttl: float) -> float:
     return ttl / 3.0
 

@@ -13,6 +13,11 @@ Lease states of one in-flight job, as this thread sees it::
 
     held --cancel_requested--> SIGUSR2 to the child (its handler sees Cancelled)
 
+A beat renews every lease at once, once a period; a dropped connection is retried at once,
+within the beat. A beat whose renewal failed is followed sooner than a period, while a renewal
+can still be in time (policy.retry_wait): the deadline is only two periods after the last
+good renewal, so waiting a whole period would leave no time to try again.
+
 A thread rather than a task so that a stalled event loop cannot let leases lapse silently;
 and conversely, when the loop has not ticked for a whole period the thread stops renewing,
 so leases are not kept alive for work whose results could not be recorded anyway.
@@ -34,7 +39,7 @@ import psycopg
 
 from jobrun.store import db
 from jobrun.logs import event
-from jobrun.policy import heartbeat_period, lease_deadline
+from jobrun.policy import heartbeat_period, lease_deadline, retry_wait
 from jobrun.sql import Queries
 from jobrun.worker.lifecycle import Service, usable
 
@@ -101,6 +106,7 @@ class Heartbeater(Service):
         self._renewed: dict[tuple[int, int], float] = {}
         self._fenced: dict[tuple[int, int], float] = {}  # -> kill deadline
         self._cancel_sent: set[tuple[int, int]] = set()
+        self._retry_due: float | None = None  # the last renewal failed: the first deadline
         self.fenced_total = 0
         self.beats = 0
         self.failures = 0
@@ -142,10 +148,13 @@ class Heartbeater(Service):
                 self._conn.close()
 
     def _next_wait(self) -> float:
+        wait = self.period
+        if self._retry_due is not None:  # the last renewal failed: try again while time is left
+            wait = retry_wait(self.period, self.clock(), self._retry_due)
         # Wake for kills due before the next beat, too.
         if self._fenced:
-            return max(0.01, min(self.period, min(self._fenced.values()) - self.clock()))
-        return self.period
+            return max(0.01, min(wait, min(self._fenced.values()) - self.clock()))
+        return wait
 
     # --- one beat -------------------------------------------------------------------------
 
@@ -158,6 +167,7 @@ class Heartbeater(Service):
         self._kill_overdue(leases, now)
         todo = [lease for lease in leases if (lease.id, lease.token) not in self._fenced]
         if not todo:
+            self._retry_due = None
             return
         if not self.loop_alive(self.period):
             event(log, logging.WARNING, "heartbeat.skipped", reason="event loop stalled",
@@ -186,6 +196,7 @@ class Heartbeater(Service):
         due = min(lease_deadline(self._renewed.get((l.id, l.token), l.since), self.ttl, self.period)
                   for l in leases)
         deadline = min(now + 0.8 * self.period, due)
+        self._retry_due = due  # until the renewal went through
         for retry in (False, True):  # a dropped connection is retried once, if time allows
             if deadline - self.clock() <= 0.05:
                 event(log, logging.WARNING, "heartbeat.failed", error="no time left to renew",
@@ -207,6 +218,7 @@ class Heartbeater(Service):
                     return True
         if rows is None:
             return True
+        self._retry_due = None
         self.beats += 1
         if self.on_db_ok:
             self.on_db_ok()

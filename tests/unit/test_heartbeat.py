@@ -98,3 +98,21 @@ def test_a_lease_waiting_in_a_pipe_is_fenced_once_its_child_runs_it():
     child.job = waiting  # job 1 finished; the child starts job 2
     hb.tick(5.1)
     assert child.signals == [signal.SIGUSR1] and fences == [(2, "not renewed in time")]
+
+
+def test_a_failed_renewal_is_tried_again_before_the_deadline_not_a_period_later():
+    """Both tries of a beat failed (the connection refused): the next beat must come while a
+    renewal can still be in time, not a full period later, at the deadline itself."""
+    child = FakeChild()
+    lease = Lease(1, 1, child, 0.0)
+    fences: list = []
+    hb = Heartbeater("postgresql://127.0.0.1:1/nowhere?connect_timeout=2", for_schema("jobrun"),
+                     "owner", 3.0, leases=lambda: [lease], loop_alive=lambda period: True,
+                     on_fence=lambda lease, reason: fences.append((lease.id, reason)))
+    now = hb.period  # the first beat after the claim
+    hb.clock = lambda: now
+    hb.tick(now)
+    assert hb.failures >= 1 and fences == []
+    wait = hb._next_wait()
+    assert wait < hb.period
+    assert now + wait < lease_deadline(0.0, 3.0, hb.period)  # a try that can still be in time

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from jobrun.policy import (
     DEFAULT_MAX_CRASHES, MAX_EARLY_DEATHS, BootFailure, RetryPolicy, alive_interval, boot_failure,
     database_reached, heartbeat_period, max_attempts_for, max_crashes_for, reap_interval,
-    retry_policies, start_failing, tick_interval,
+    retry_policies, retry_wait, start_failing, tick_interval,
 )
 from jobrun.policy import prefetch
 
@@ -119,3 +119,12 @@ def test_intervals_fit_inside_one_heartbeat_period(ttl):
 @given(since=st.floats(0, 1000, allow_nan=False), poll=st.floats(0.01, 100, allow_nan=False))
 def test_database_reached(since, poll):
     assert database_reached(since, poll) == (since < max(10.0, 5 * poll))
+
+
+@given(period=st.floats(0.05, 60), now=st.floats(0, 1e6), left=st.floats(-10, 120))
+def test_a_retry_after_a_failed_renewal_waits_at_most_a_period_and_lands_before_the_deadline(
+        period, now, left):
+    wait = retry_wait(period, now, now + left)
+    assert 0.05 <= wait <= max(0.05, period)
+    if left > 0.1:
+        assert now + wait < now + left  # the next try comes while the lease can still be renewed
