@@ -8,11 +8,15 @@ falls on all of them alike, the same drain as benchmarks/drain.py (N noop jobs e
 no master runs, then `jobrun-master -c C` empties the queue) with:
 
 - none: the queue without limits (the claim takes no lock, reads no limit row);
-- concurrency: a cluster-wide limit that never binds (--generous, default C x 16 x 2: above
-  what the master can hold leased with its default prefetch of 16 per child), so every claim
-  locks the queue's claim row and every completion adds to its release row;
+- concurrency: a cluster-wide limit that never binds (--generous, default C x prefetch x 2:
+  above what the master can hold leased with its default --prefetch per child), so every
+  claim locks the queue's claim row and every completion adds to its release row;
 - rate: a rate limit that never binds (10,000,000 per second), so every claim also keeps the
-  sliding window.
+  sliding window;
+- aging: the queue ages by a step a minute: the sweeper runs its passes, and no job of a
+  drain this short is owed a step;
+- aging_1s: a step a second: every job still waiting is promoted once a second while the
+  drain runs (the sweeper's writes at their busiest).
 
 Printed: wall jobs/s per run and mode, then per mode the median and its ratio to none.
 The goal (docs/dispatch.md): a generous limit within 10 % of none.
@@ -36,15 +40,20 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.common` impor
 from benchmarks.common import (run_main, Bench, add_db_args, describe_code, int_list, machine,  # noqa: E402
                                median, print_table)
 from benchmarks.drain import run_once  # noqa: E402
+from jobrun.config import Settings  # noqa: E402
 
-MODES = ("none", "concurrency", "rate")
+MODES = ("none", "concurrency", "rate", "aging", "aging_1s")
 
 
 def settings_for(mode: str, concurrency: int, generous: int | None) -> dict[str, Any]:
     if mode == "concurrency":
-        return {"concurrency": generous or concurrency * 16 * 2}
+        return {"concurrency": generous or concurrency * Settings.prefetch * 2}
     if mode == "rate":
         return {"rate_limit": 10_000_000, "rate_period": "1 second"}
+    if mode == "aging":
+        return {"aging": "1 minute"}
+    if mode == "aging_1s":
+        return {"aging": "1 second"}
     return {}
 
 
@@ -72,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"comma-separated, of {', '.join(MODES)} (default all)")
     parser.add_argument("--generous", type=int, default=None,
-                        help="the cluster-wide limit of the concurrency mode (default C x 32)")
+                        help="the cluster-wide limit of the concurrency mode (default C x prefetch x 2)")
     parser.add_argument("--timeout", type=float, default=900.0)
     add_db_args(parser)
     args = parser.parse_args(argv)
