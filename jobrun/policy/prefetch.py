@@ -4,11 +4,19 @@ A busy child may be handed more jobs, which wait in its pipe and start the momen
 the one before: no claim, frame or wake-up between them. Only while every job it holds is of
 a task whose recent runs were short, and only as long as the work queued in it (by those run
 times) stays under ``budget`` (--prefetch-max-runtime), so no job waits in a child longer.
+
+Results are batched the same way: ``complete_linger`` says how long the next completion
+statement waits for its batch to fill.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Mapping
+
+# How long a completion statement waits for more results: with jobs waiting in the queue, and
+# with every child also holding jobs behind the one it runs.
+LINGER = 0.005
+DEEP_LINGER = 0.05
 
 
 def cap(prefetch: int, max_tasks: int, jobs_done: int) -> int:
@@ -64,3 +72,17 @@ def worth_claiming(idle: int, extra: int, most: int, dry_soon: bool) -> bool:
     three quarters of the room there can be is free, so a deep queue is claimed in batches,
     not a job at a time, and no child waits for a claim."""
     return bool(idle) or (extra > 0 and (dry_soon or extra >= most * 3 // 4))
+
+
+def complete_linger(backlogged: bool, every_child_ahead: bool) -> float:
+    """Seconds the next completion statement waits after the last one, for its batch to fill.
+
+    Nothing while the queue keeps up (the last claim came back short): a result is written by the
+    next statement there is. A little while jobs wait in the queue: they waited anyway, and
+    fewer statements leave more of the machine to them. Longer when, besides, every child holds
+    jobs behind the one it runs: no child waits for a claim, so a result written later delays
+    no start, and at a few results a statement (jobs of some milliseconds) the statements were
+    a good share of the machine."""
+    if not backlogged:
+        return 0.0
+    return DEEP_LINGER if every_child_ahead else LINGER

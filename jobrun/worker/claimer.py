@@ -251,6 +251,15 @@ class Claimer(Service):
             (j.task for j in (child.job, *child.queued) if j is not None),
             self.dispatcher.runtime, self.settings.prefetch_max_runtime) is not None
 
+    def complete_linger(self) -> float:
+        """How long the next completion statement waits for its batch (policy.prefetch)."""
+        if not self.backlogged:
+            return 0.0
+        d = self.dispatcher
+        busy = d.busy()
+        ahead = bool(busy) and not d.idle() and all(c.queued for c in busy)
+        return prefetch.complete_linger(True, ahead)
+
     def _room(self, idle: int) -> tuple[int, int, bool]:
         s = self.settings
         runtime = self.dispatcher.runtime

@@ -2,11 +2,11 @@
 
 Batching adapts to load: a result that finds the completer idle is written at once, and
 results that arrive while a flush runs are written by the next flush, which starts as soon as
-that one ends. Only while jobs wait in the queue (``backlogged``: the last claim came back
-full) does the next flush start ``linger`` seconds after the previous one ended, so the batch
-can fill: those jobs waited in the queue anyway, and fewer statements leave more of the
-machine to the backlog (at most about 1/linger statements a second). With the queue keeping
-up, a result waits at most for the flush in progress, never for a timer.
+that one ends. Only while jobs wait in the queue does the next flush start ``linger()``
+seconds after the previous one ended (policy.prefetch.complete_linger), so the batch can fill:
+those jobs waited in the queue anyway, and fewer statements leave more of the machine to the
+backlog. A full batch, or a drain (shutdown), cuts the wait short. With the queue keeping up,
+a result waits at most for the flush in progress, never for a timer.
 
 Every row is guarded by (owner, fencing token, status = 'leased'); a row the guard refuses
 is a lease this master lost (reaped and perhaps re-run elsewhere), counted, not an error.
@@ -65,12 +65,11 @@ class Completer(Service):
     def __init__(self, dsn: str, queries: Queries, owner: str, host: str, pid: int,
                  on_refused: Callable[[list[Completion]], None] | None = None,
                  on_recorded: Callable[[list[Completion]], None] | None = None,
-                 on_db_error: Callable[[], None] | None = None, linger: float = 0.0,
-                 on_db_ok: Callable[[], None] | None = None,
-                 backlogged: Callable[[], bool] = lambda: True) -> None:
+                 on_db_error: Callable[[], None] | None = None,
+                 linger: Callable[[], float] = lambda: 0.0,
+                 on_db_ok: Callable[[], None] | None = None) -> None:
         super().__init__()
-        self.linger = linger
-        self.backlogged = backlogged
+        self.linger = linger  # seconds the next flush waits for its batch to fill, now
         self.dsn = dsn
         self.q = queries
         self.owner = owner
@@ -83,6 +82,8 @@ class Completer(Service):
         self.pending: list[Completion] = []
         self.writing: list[Completion] = []  # the batch being written
         self._work = asyncio.Event()
+        self._hurry = asyncio.Event()  # cuts a linger short: a full batch, or a drain
+        self._draining = False
         self._idle = asyncio.Event()
         self._idle.set()
         self._conn: psycopg.AsyncConnection | None = None
@@ -93,13 +94,18 @@ class Completer(Service):
         self.pending.append(completion)
         self._idle.clear()
         self._work.set()
+        if len(self.pending) >= MAX_BATCH:
+            self._hurry.set()
 
     def unwritten(self) -> list[Completion]:
         """Outcomes submitted and not yet written: their jobs are still leased."""
         return self.writing + self.pending
 
     async def drain(self, timeout: float) -> bool:
-        """Wait until everything submitted is written; False if it could not be in time."""
+        """Wait until everything submitted is written (no more lingering: the master is
+        stopping); False if it could not be in time."""
+        self._draining = True
+        self._hurry.set()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
             return True
@@ -116,8 +122,15 @@ class Completer(Service):
                     self.writing = batch
                     await self._write(batch)
                     self.writing = []
-                    if self.pending and self.linger and self.backlogged():
-                        await asyncio.sleep(self.linger)  # a backlog: let the next batch fill
+                    wait = self.linger() if self.pending else 0.0
+                    if wait > 0 and not self._hurry.is_set():
+                        # A backlog: let the next batch fill.
+                        try:
+                            await asyncio.wait_for(self._hurry.wait(), wait)
+                        except asyncio.TimeoutError:
+                            pass
+                    if len(self.pending) < MAX_BATCH and not self._draining:
+                        self._hurry.clear()
                 self._idle.set()
         finally:
             if self._conn is not None:

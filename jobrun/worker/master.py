@@ -53,8 +53,6 @@ from jobrun.worker.supervisor import Supervisor
 from jobrun.worker.ticker import Ticker
 
 log = logging.getLogger("jobrun.master")
-# While jobs wait in the queue, completion statements start at most this often (see completer).
-COMPLETE_LINGER = 0.005
 
 
 class Master:
@@ -137,8 +135,8 @@ class Master:
         self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
                                    on_refused=lambda items: m.refused.inc(len(items)),
                                    on_db_error=m.db_errors.labels("complete").inc,
-                                   linger=COMPLETE_LINGER, on_db_ok=self.note_db_ok,
-                                   backlogged=lambda: self.claimer.backlogged)
+                                   linger=lambda: self.claimer.complete_linger(),
+                                   on_db_ok=self.note_db_ok)
         self.ticker = Ticker(s.lease_ttl, self._render_title)
         self.dispatcher = Dispatcher(self.supervisor, s, m, submit=self.completer.submit,
                                      give_back=lambda rows: self.claimer.give_back(rows), changed=self._changed,

@@ -41,9 +41,10 @@ def test_a_statement_error_keeps_the_batch_until_it_can_be_written(pg_dsn, schem
     assert client.get(job_id).status == "succeeded"
 
 
-def _gap_between_flushes(pg_dsn, schema, client, *, backlogged: bool, linger: float) -> float:
-    """Seconds from the first flush's end to the second's: the second result arrives while the
-    first flush is held up by a row lock."""
+def _two_flushes(pg_dsn, schema, client, *, linger: float, drain_at_once: bool = False):
+    """Two results, the second arriving while the first one's flush is held up by a row lock.
+    Returns the flushes' end times, and how long the drain took: called once the first flush
+    is done (``drain_at_once``), else once both are."""
     ids = [client.enqueue("noop").job.id for _ in range(2)]
     q = for_schema(schema)
     owner = "test:1:completer"
@@ -54,11 +55,10 @@ def _gap_between_flushes(pg_dsn, schema, client, *, backlogged: bool, linger: fl
         blocker.execute(sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(
             sql.Identifier(schema, "jobs")), [ids[0]])
 
-        async def scenario() -> list[float]:
+        async def scenario() -> tuple[list[float], float]:
             flushed: list[float] = []
             loop = asyncio.get_running_loop()
-            completer = Completer(pg_dsn, q, owner, "host", 1, linger=linger,
-                                  backlogged=lambda: backlogged,
+            completer = Completer(pg_dsn, q, owner, "host", 1, linger=lambda: linger,
                                   on_recorded=lambda done: flushed.append(loop.time()))
             completer.start()
             for job_id in ids:
@@ -67,20 +67,32 @@ def _gap_between_flushes(pg_dsn, schema, client, *, backlogged: bool, linger: fl
                 await wait_for_async(lambda: completer.writing, 20,
                                      message="the first flush, held by the row lock")
             blocker.commit()
-            assert await completer.drain(20 + linger)
+            await wait_for_async(lambda: len(flushed) == (1 if drain_at_once else 2),
+                                 20 + linger, message="the flushes before the drain")
+            started = loop.time()
+            assert await completer.drain(60)
+            took = loop.time() - started
             await completer.stop()
-            return flushed
+            return flushed, took
 
-        flushed = asyncio.run(scenario())
+        flushed, took = asyncio.run(scenario())
     assert [client.get(i).status for i in ids] == ["succeeded", "succeeded"]
     assert len(flushed) == 2
-    return flushed[1] - flushed[0]
+    return flushed, took
 
 
 def test_results_during_a_flush_are_written_right_after_it_when_the_queue_keeps_up(
         pg_dsn, schema, client):
-    assert _gap_between_flushes(pg_dsn, schema, client, backlogged=False, linger=3.0) < 2.0
+    flushed, _ = _two_flushes(pg_dsn, schema, client, linger=0.0)
+    assert flushed[1] - flushed[0] < 2.0
 
 
 def test_with_a_backlog_the_next_flush_waits_the_linger_so_the_batch_fills(pg_dsn, schema, client):
-    assert _gap_between_flushes(pg_dsn, schema, client, backlogged=True, linger=1.0) >= 1.0
+    flushed, _ = _two_flushes(pg_dsn, schema, client, linger=1.0)
+    assert flushed[1] - flushed[0] >= 1.0
+
+
+def test_a_drain_cuts_a_linger_short(pg_dsn, schema, client):
+    """Stopping does not wait out a backlog's linger: the results are written at once."""
+    _, took = _two_flushes(pg_dsn, schema, client, linger=600.0, drain_at_once=True)
+    assert took < 30  # not the 600 s linger

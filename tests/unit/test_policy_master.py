@@ -73,6 +73,18 @@ def test_worth_claiming(idle, extra, most, dry):
         assert worth == (dry or extra >= most * 3 // 4)
 
 
+@given(backlogged=st.booleans(), ahead=st.booleans())
+def test_completions_linger_only_with_a_backlog_and_longest_when_every_child_holds_more(
+        backlogged, ahead):
+    linger = prefetch.complete_linger(backlogged, ahead)
+    if not backlogged:
+        assert linger == 0
+    else:
+        # Short of a lease's renewal period by far: lingering never costs a lease.
+        assert 0 < prefetch.complete_linger(True, False) <= linger <= 0.1
+        assert (linger > prefetch.complete_linger(True, False)) == ahead
+
+
 @given(enqueued=st.integers(1, 1000), task=st.one_of(st.none(), st.integers(1, 1000)))
 def test_a_task_max_attempts_caps_but_never_raises(enqueued, task):
     got = max_attempts_for(enqueued, task)
