@@ -27,12 +27,13 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-from croniter.croniter import CroniterBadDateError
-
 from jobrun.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 UTC = timezone.utc
 ALIASES = {
@@ -83,15 +84,24 @@ def parse(text: str) -> Cron:
         # croniter wants the seconds field last.
         parts = parts[1:] + parts[:1]
     fields = " ".join(parts)
-    if not croniter.is_valid(fields):
+    if not _croniter().is_valid(fields):
         raise InvalidInput(f"invalid cron expression {source!r}")
     hour = parts[1]
     return Cron(source, fields, fixed_hour="*" not in hour and "/" not in hour)
 
 
+def _croniter() -> type[croniter]:
+    """croniter, imported on first use: importing it runs ``file`` on the interpreter (its
+    check for a 32-bit build), a process of its own, which every command that never reads a
+    cron expression would pay for at start."""
+    from croniter import croniter
+
+    return croniter
+
+
 @lru_cache(maxsize=1024)
 def _expanded(fields: str) -> croniter:
-    return croniter(fields, datetime(2000, 1, 1))
+    return _croniter()(fields, datetime(2000, 1, 1))
 
 
 def _walker(fields: str) -> croniter:
@@ -159,6 +169,8 @@ def next_fire(cron: Cron | str, tz: ZoneInfo | str, after: datetime,
     low, high = _offsets(tz, after)
     # Every instant u > after has wall time u + offset(u) > after + low: start just before.
     start = (after + low).replace(tzinfo=None) - timedelta(seconds=1)
+    from croniter.croniter import CroniterBadDateError
+
     walls = _walker(cron.fields)
     walls.set_current(start, force=True)
     best: datetime | None = None

@@ -6,3 +6,5 @@ psycopg connection pool. It never claims jobs. Modules: ``server`` (bind, token,
 envelope), ``models`` (request bodies), ``routes_jobs`` and ``routes_observe`` (endpoints),
 ``reads`` (the API's own read operations), ``pool`` (driving jobrun.ops over the pool).
 """
+
+DEFAULT_BIND = "127.0.0.1:9120"  # loopback: a wider bind needs --token-file

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from jobrun import config
-from jobrun.web.server import DEFAULT_BIND, serve
+from jobrun.web import DEFAULT_BIND
 
 
 def web(
@@ -32,4 +32,6 @@ def web(
     settings = config.load({"database_url": dsn or getattr(session, "dsn", None),
                             "schema": schema or getattr(session, "schema", None)})
     settings = settings.replace(database_url=config.resolve_dsn(settings))
+    from jobrun.web.server import serve  # FastAPI is imported by this command alone
+
     serve(settings, bind, token_file, tuple(allow_origin or ()))

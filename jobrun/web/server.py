@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from jobrun import config
 from jobrun.errors import InvalidInput
+from jobrun.web import DEFAULT_BIND
 from jobrun.web.guard import loopback_hosts
-
-DEFAULT_BIND = "127.0.0.1:9120"
 
 
 @dataclass(frozen=True)
