@@ -19,6 +19,7 @@ from psycopg import sql
 from .. import validate
 
 _NAME_RE = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.M)
+_PARAM_RE = re.compile(r"%\((\w+)\)s")
 
 
 @dataclass(frozen=True)
@@ -97,12 +98,33 @@ class Queries:
         self.schema = validate.schema_name(schema)
         self.channel = channel(schema)
         self._texts = {name: render(q.text, schema) for name, q in raw_queries().items()}
+        self._positional: dict[str, tuple[str, tuple[str, ...]]] = {}
 
     def __getattr__(self, name: str) -> str:
         try:
             return self._texts[name]
         except KeyError:
             raise AttributeError(f"no query named {name!r}") from None
+
+    def positional(self, name: str) -> tuple[str, tuple[str, ...]]:
+        """A query with its ``%(name)s`` parameters numbered as PostgreSQL's ``$1, $2, ...``,
+        and the names in that order: for a raw cursor, which sends the text as it is. psycopg
+        parses a named query at every execution once it is longer than 4 KB (the claim is
+        8 KB): about 0.1 ms of the master's CPU a claim."""
+        found = self._positional.get(name)
+        if found is None:
+            names: list[str] = []
+
+            def number(match: re.Match[str]) -> str:
+                if match.group(1) not in names:
+                    names.append(match.group(1))
+                return f"${names.index(match.group(1)) + 1}"
+
+            text = getattr(self, name)
+            if "%(" in _PARAM_RE.sub("", text) or "$" in text:
+                raise RuntimeError(f"query {name} cannot be numbered: it has other % or $ text")
+            found = self._positional[name] = (_PARAM_RE.sub(number, text), tuple(names))
+        return found
 
 
 @lru_cache(maxsize=32)
