@@ -23,7 +23,10 @@ Workloads (--workloads):
   latency  open loop at each --rates (default 200,1000 jobs/s) for --seconds: job i is
            enqueued at t0 + i/rate by --producers producer processes' threads/tasks (one
            connection each, one enqueue per job); enqueue-to-start and enqueue-to-finish
-           p50/p95/p99.
+           p50/p95/p99. The summary names, per system, the highest rate run that it
+           sustained: its producers issued all but --sustain-skip (5 %) of the ticks and
+           the finish p99 stayed under --sustain-ms (50 ms), by handler stamps and by the
+           system's own database timestamps.
 
 Every handler of every system runs the same body (benchmarks/peers/peerlib.py): burn the
 job's CPU if any, then append a stamp line (job number, the system's job id, the producer's
@@ -818,6 +821,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="200,1000")
     parser.add_argument("--seconds", type=float, default=15.0, help="latency run length")
     parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--sustain-ms", type=float, default=50.0,
+                        help="latency: the p99 under which a rate counts as sustained")
+    parser.add_argument("--sustain-skip", type=float, default=0.05,
+                        help="latency: the share of ticks the producers may skip at a sustained rate")
     parser.add_argument("--settle", type=float, default=60.0)
     parser.add_argument("--timeout", type=float, default=150.0, help="give up a drain after this")
     parser.add_argument("--jobrun-c", default="4,16", help="jobrun -c values for the drains")
@@ -971,6 +978,44 @@ def summarize(cmp: Compare, systems: list[System], args: argparse.Namespace) -> 
         print("  start/finish: handler stamps; db: the system's own timestamps (jobrun attempts,"
               " pgqueuer_log, procrastinate_events) minus the producer stamp; own: jobrun's"
               " latency.py definition (from jobs.created_at)")
+        print_sustained(lat, args)
+
+
+def sustained(runs: list[dict[str, Any]], key: str, limit_ms: float, max_skip: float,
+              seconds: float) -> float | None:
+    """The highest offered rate a variant sustained: its producers issued all but ``max_skip``
+    of the ticks (so the arrivals did not slow down) and the median over repeats of ``key``'s
+    p99 stayed under ``limit_ms``. None if no rate qualified."""
+    best = None
+    for rate in sorted({r["rate"] for r in runs}):
+        at = [r for r in runs if r["rate"] == rate]
+        p99 = [r[key][2] for r in at if r[key] and r[key][2] is not None]
+        skipped = median([r["skipped"] / max(1.0, rate * seconds) for r in at])
+        if p99 and median(p99) < limit_ms and skipped <= max_skip:
+            best = rate
+    return best
+
+
+def print_sustained(lat: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    limit, skip = args.sustain_ms, args.sustain_skip
+    print(f"\nhighest open-loop rate sustained (the producers issued at least {1 - skip:.0%} of"
+          f" the ticks, and the p99 stayed under {limit:g} ms; of the rates run):")
+    table = []
+    labels = list(dict.fromkeys(r["variant"] for r in lat))
+    best = {}
+    for label in labels:
+        runs = [r for r in lat if r["variant"] == label]
+        best[label] = [sustained(runs, key, limit, skip, args.seconds)
+                       for key in ("finish", "db_finish")]
+    top = [max((best[l][i] or 0 for l in labels if l.startswith("jobrun")), default=0) for i in (0, 1)]
+    for label in labels:
+        row = [label]
+        for i in (0, 1):
+            rate = best[label][i]
+            row += [rate, (top[i] / rate) if rate and top[i] and not label.startswith("jobrun") else None]
+        table.append(row)
+    print_table(["system", "handler finish p99: rate", "jobrun/this", "db finish p99: rate",
+                 "jobrun/this"], table, digits=2)
 
 
 if __name__ == "__main__":
