@@ -121,7 +121,9 @@ class Queries:
                 return f"${names.index(match.group(1)) + 1}"
 
             text = getattr(self, name)
-            if "%(" in _PARAM_RE.sub("", text) or "$" in text:
+            # Any other % (a binary %(x)b, an escaped %%) psycopg would have rewritten; a raw
+            # cursor sends it as it is.
+            if "%" in _PARAM_RE.sub("", text) or "$" in text:
                 raise RuntimeError(f"query {name} cannot be numbered: it has other % or $ text")
             found = self._positional[name] = (_PARAM_RE.sub(number, text), tuple(names))
         return found

@@ -26,5 +26,7 @@ def test_the_claim_is_sent_as_psycopg_would_send_it() -> None:
 def test_a_query_with_other_placeholders_is_refused() -> None:
     q = Queries("jobrun")
     binary = next(name for name, query in raw_queries().items() if ")b" in query.text)
-    with pytest.raises(RuntimeError, match="cannot be numbered"):
-        q.positional(binary)
+    escaped = next(name for name, query in raw_queries().items() if "%%" in query.text)
+    for name in (binary, escaped):
+        with pytest.raises(RuntimeError, match="cannot be numbered"):
+            q.positional(name)
