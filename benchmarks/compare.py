@@ -1001,18 +1001,18 @@ def print_sustained(lat: list[dict[str, Any]], args: argparse.Namespace) -> None
     print(f"\nhighest open-loop rate sustained (the producers issued at least {1 - skip:.0%} of"
           f" the ticks, and the p99 stayed under {limit:g} ms; of the rates run):")
     table = []
-    labels = list(dict.fromkeys(r["variant"] for r in lat))
+    system = {r["variant"]: r["system"] for r in lat}
     best = {}
-    for label in labels:
+    for label in system:
         runs = [r for r in lat if r["variant"] == label]
         best[label] = [sustained(runs, key, limit, skip, args.seconds)
                        for key in ("finish", "db_finish")]
-    top = [max((best[l][i] or 0 for l in labels if l.startswith("jobrun")), default=0) for i in (0, 1)]
-    for label in labels:
+    top = [max((best[l][i] or 0 for l in system if system[l] == "jobrun"), default=0) for i in (0, 1)]
+    for label in system:
         row = [label]
         for i in (0, 1):
             rate = best[label][i]
-            row += [rate, (top[i] / rate) if rate and top[i] and not label.startswith("jobrun") else None]
+            row += [rate, (top[i] / rate) if rate and top[i] and system[label] != "jobrun" else None]
         table.append(row)
     print_table(["system", "handler finish p99: rate", "jobrun/this", "db finish p99: rate",
                  "jobrun/this"], table, digits=2)
