@@ -111,6 +111,13 @@ class Dispatcher(Service):
         return [c for c in self.supervisor.alive()
                 if c.state is S.IDLE and c.generation == self.serving]
 
+    def takes_jobs(self) -> bool:
+        """A child of the serving generation is idle, or reserved for a claim in flight (idle
+        but for that statement), or a child runs a job: what /readyz reports."""
+        return self.running() > 0 or any(
+            c.state in (S.IDLE, S.RESERVED) and c.generation == self.serving
+            for c in self.supervisor.alive())
+
     def busy(self) -> list[Child]:
         """Children of the serving generation that run a job."""
         return [c for c in self.supervisor.alive()

@@ -244,7 +244,7 @@ class Master:
 
     def ready(self) -> bool:
         d = self.dispatcher
-        return d.booted.is_set() and not self.stopping and bool(d.idle() or d.running())
+        return d.booted.is_set() and not self.stopping and d.takes_jobs()
 
     def _render_title(self) -> None:
         self.metrics.set_children(self.dispatcher.count_states())

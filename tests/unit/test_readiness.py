@@ -1,0 +1,23 @@
+"""/readyz of a wired master with a real fork server and a real child, no database: an idle
+child reserved for a claim in flight still counts (readiness flapped for the length of
+every claim on an idle master)."""
+
+from __future__ import annotations
+
+from tests.unit.test_successors import S, run_with_master, until
+
+
+def test_ready_while_a_claim_runs_for_the_idle_child():
+    async def body(m):
+        d = m.dispatcher
+        d.replenish()
+        [child] = d.current()
+        await until(lambda: child.state is S.IDLE and d.booted.is_set())
+        assert m.ready()
+        child.state = S.RESERVED  # what the claimer does while its statement runs
+        assert m.ready()
+        child.state = S.IDLE
+        m.stopping = True
+        assert not m.ready()
+        m.stopping = False
+    run_with_master(body, concurrency=1)
