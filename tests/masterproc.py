@@ -48,6 +48,13 @@ def title(pid: int) -> str:
     return raw.replace(b"\x00", b" ").decode(errors="replace").strip()
 
 
+def is_forkserver(process_title: str) -> bool:
+    """Whether a process title is a fork server's: the title it sets, or its command line
+    until it has (a fork server a reload launched shows that while it imports its modules)."""
+    return (process_title.startswith("jobrun-forkserver")
+            or " -m jobrun.child.forkserver " in f"{process_title} ")
+
+
 class MasterProcess:
     def __init__(self, env: dict[str, str], tmp_path: Path, *args: str, app: str = APP,
                  python_args: tuple[str, ...] = ()) -> None:
@@ -135,7 +142,7 @@ class MasterProcess:
     def children(self) -> list[int]:
         """Live child pids of the master that run jobs (its fork server is not one of them;
         forked or exec'd, a child's parent is the master)."""
-        return [p for p in self._kids() if not title(p).startswith("jobrun-forkserver")]
+        return [p for p in self._kids() if not is_forkserver(title(p))]
 
     def forkservers(self) -> list[int]:
         """Live fork server pids of the master (``--spawn fork``)."""

@@ -23,10 +23,12 @@ def write_config(path, **values) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def lease_left(db, job_id: int) -> float:
-    [row] = db.rows("SELECT extract(epoch FROM lease_expires_at - now())::float8 AS left"
+def lease_of(db, job_id: int) -> dict:
+    """The job's status and the seconds its lease has left (None without one), read by one
+    statement: read apart, the job may finish between the two and its lease be gone."""
+    [row] = db.rows("SELECT status, extract(epoch FROM lease_expires_at - now())::float8 AS left"
                     " FROM {s}.jobs WHERE id = %s", (job_id,))
-    return row["left"] or 0.0
+    return row
 
 
 def test_hup_applies_queues_ttl_and_concurrency(db_env, tmp_path, client, db):
@@ -40,20 +42,25 @@ def test_hup_applies_queues_ttl_and_concurrency(db_env, tmp_path, client, db):
         waiting = client.enqueue("pid", queue="other").job.id
         first = client.enqueue("pid").job.id
         db.wait_status(first)
+        old_child = db.result(first)["pid"]
         assert db.job(waiting)["status"] == "queued"  # not one of its queues yet
 
         write_config(conf, queues=["default", "other"], lease_ttl=30, concurrency=2,
                      poll_interval=0.1)
         m.signal(signal.SIGHUP)
         db.wait_status(waiting)  # the claimer took the new queue
-        m.wait_children(2)  # the new concurrency
+        # The new concurrency, in the new generation: two children, the old one gone (two
+        # alone may be the old child and a new one while the other is being forked).
+        wait_for(lambda: len(kids := m.children()) == 2 and old_child not in kids, timeout=15,
+                 message="two children of the new generation")
         long = client.enqueue("sleep", 2.5).job.id
-        db.wait_status(long, statuses=("leased",))
-        assert lease_left(db, long) > 20  # claimed with the new TTL
+        claimed = wait_for(lambda: (row := lease_of(db, long))["status"] == "leased" and row,
+                           timeout=20, message="the long job to be leased")
+        assert claimed["left"] > 20  # claimed with the new TTL
         # Renewed with the new TTL too (the old heartbeater renewed to 3 s every second).
         checks = 0
-        while db.job(long)["status"] == "leased":
-            assert lease_left(db, long) > 20
+        while (row := lease_of(db, long))["status"] == "leased":
+            assert row["left"] > 20
             checks += 1
             since = time.monotonic()
             wait_for(lambda: time.monotonic() - since > 0.2, message="the next look")
