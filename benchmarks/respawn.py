@@ -13,7 +13,8 @@ For each mode (and each of --repeat runs), on a fresh schema:
 2. respawn: --jobs noop jobs enqueued, then ``jobrun-master -c 2 --max-tasks-per-child 1``
    drains them: every job runs in a fresh child. Jobs/s are N / (last attempt finished -
    first started), from the database. CPU per replacement child is the CPU of every child
-   the master reaped during the drain (its cutime + cstime) plus the fork server's, over N.
+   the master reaped during the drain (its cutime + cstime) plus the fork server's, over N;
+   faults per child are those children's minor page faults (cminflt) over N.
 """
 
 from __future__ import annotations
@@ -51,14 +52,27 @@ def pss_mib(pid: int) -> float:
     return float("nan")
 
 
-def cpu_of(pid: int) -> tuple[float, float]:
-    """(own CPU seconds, CPU seconds of its reaped children) of a live process."""
+def _stat(pid: int) -> list[bytes] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
+            return f.read().rsplit(b")", 1)[1].split()
     except OSError:
+        return None
+
+
+def cpu_of(pid: int) -> tuple[float, float]:
+    """(own CPU seconds, CPU seconds of its reaped children) of a live process."""
+    fields = _stat(pid)
+    if fields is None:
         return float("nan"), float("nan")
     return (int(fields[11]) + int(fields[12])) / _TICK, (int(fields[13]) + int(fields[14])) / _TICK
+
+
+def reaped_faults(pid: int) -> float:
+    """Minor page faults of a live process's reaped children (copy-on-write faults, for a
+    forked child, make most of its start's CPU)."""
+    fields = _stat(pid)
+    return float("nan") if fields is None else float(fields[8])
 
 
 def split(master: MasterProc) -> tuple[list[int], list[int]]:
@@ -91,6 +105,7 @@ def respawn_run(bench: Bench, args: argparse.Namespace, mode: str) -> dict[str, 
     master.wait_ready()
     _, servers = split(master)
     _, reaped_before = cpu_of(master.pid)
+    faults_before = reaped_faults(master.pid)
     server_before = cpu_of(servers[0])[0] if servers else 0.0
     jobs = sql.Identifier(schema, "jobs")
     attempts = sql.Identifier(schema, "job_attempts")
@@ -106,9 +121,11 @@ def respawn_run(bench: Bench, args: argparse.Namespace, mode: str) -> dict[str, 
     _, servers_now = split(master)
     server_after = cpu_of(servers_now[0])[0] if servers_now == servers and servers else server_before
     _, reaped_after = cpu_of(master.pid)
+    faults = reaped_faults(master.pid) - faults_before
     bench.stop_master(master)
     cpu = (reaped_after - reaped_before) + (server_after - server_before)
-    return {"jobs_s": args.jobs / float(span), "cpu_ms": 1000 * cpu / args.jobs}
+    return {"jobs_s": args.jobs / float(span), "cpu_ms": 1000 * cpu / args.jobs,
+            "faults": faults / args.jobs}
 
 
 def main() -> int:
@@ -130,14 +147,14 @@ def main() -> int:
             drains = [respawn_run(bench, args, mode) for _ in range(args.repeat)]
             pick = lambda runs, key: median([r[key] for r in runs if r[key] is not None]) \
                 if any(r[key] is not None for r in runs) else None  # noqa: E731
-            rows.append([mode, pick(drains, "jobs_s"), pick(drains, "cpu_ms"),
+            rows.append([mode, pick(drains, "jobs_s"), pick(drains, "cpu_ms"), pick(drains, "faults"),
                          pick(starts, "start_s"), pick(starts, "ready_to_all_s"),
                          pick(starts, "child_pss"), pick(starts, "master_pss"),
                          pick(starts, "server_pss")])
             print(f"  {mode}: done", file=sys.stderr, flush=True)
     print(f"\n-c 2 --max-tasks-per-child 1 drain of {args.jobs} {args.task} jobs; -c {START_CONCURRENCY}"
           f" start; app {args.app}; median of {args.repeat}")
-    print_table(["spawn", "jobs/s", "CPU ms/child", f"start->{START_CONCURRENCY} idle s",
+    print_table(["spawn", "jobs/s", "CPU ms/child", "faults/child", f"start->{START_CONCURRENCY} idle s",
                  f"ready->{START_CONCURRENCY} idle s", "PSS/child MiB", "PSS master MiB",
                  "PSS forkserver MiB"], rows, digits=3)
     return 0

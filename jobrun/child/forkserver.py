@@ -28,13 +28,20 @@ safe only because this process has exactly one thread (no lock can be held by an
 so are handlers C libraries registered with ``pthread_atfork`` (docs/spawning.md says when
 that matters: choose ``--spawn exec``).
 
-**What a child resets.** The control socket is closed; signal mask emptied; the signals the
-master handles (protocol.MASTER_SIGNALS, OWN_SIGNALS among them) are set to their defaults,
-as an exec'd child finds them: the server was launched before the master's handlers existed,
-so it may carry dispositions the master replaced (a shell's ignored SIGHUP and SIGQUIT under
-``nohup cmd &``); then the child runtime sets its own as an exec'd child does; ``random`` is reseeded (its at-fork hook did already; ``random.seed()`` again keeps it
-true for an interpreter built without the hook); the process title is the child's own.
-Handlers and state the *app* created at import are kept: an exec'd child has them too.
+**What a child finds.** Signals as an exec'd child of the master finds them: the fork server
+empties its signal mask and sets the signals the master handles (protocol.MASTER_SIGNALS) to
+their defaults first thing, before it imports the app (it was launched before the master's
+handlers existed, so it may carry dispositions the master replaced: a shell's ignored SIGHUP
+and SIGQUIT under ``nohup cmd &``), except its OWN_SIGNALS, which it ignores, as the child
+runtime does too. Handlers and state the *app* created at import are kept: an exec'd child
+has them too. In the child, the control socket is closed; ``random`` is reseeded (its at-fork
+hook did already; ``random.seed()`` again keeps it true for an interpreter built without the
+hook); the process title is the child's own.
+
+**What a child costs.** A forked child writes to every page it touches that it shares with
+the fork server (CPython's reference counts), and each first write is a copy-on-write fault.
+What every child would build the same way (libc's prctl, the log capture and its handler) is
+built here once, before ``gc.freeze``, and children start with it.
 
 Control protocol (SOCK_SEQPACKET, one JSON message per packet):
     master -> server: {"t": "spawn", "index", "max_tasks", "max_memory", "soft_time_limit",
@@ -64,6 +71,7 @@ from setproctitle import setproctitle
 
 from jobrun import protocol
 from jobrun.app import App
+from jobrun.child.capture import LogCapture
 from jobrun.child.clone import CLONE_PARENT, SYS_CLONE
 from jobrun.child.runtime import die_with_parent, load_app_or_exit, preload, run_child
 
@@ -92,22 +100,19 @@ def fork_as_sibling() -> int:
 
 
 def _become_child(app: App, spec: str, control: socket.socket, fd: int, request: dict[str, Any],
-                  master_pid: int) -> None:
+                  master_pid: int, capture: LogCapture | None = None) -> None:
     """In the forked process: drop what belongs to the fork server, then serve. Never returns."""
     try:
         control.close()
         index = int(request["index"])
         die_with_parent(master_pid)  # the parent is the master (CLONE_PARENT)
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        for name in protocol.MASTER_SIGNALS:  # as an exec'd child of the master finds them
-            signal.signal(getattr(signal, "SIG" + name), signal.SIG_DFL)
         random.seed()
         setproctitle(f"jobrun-child {index}: starting")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
         run_child(app, spec, sock, index, master_pid, max_tasks=int(request["max_tasks"]),
                   max_memory=int(request["max_memory"]),
                   soft_time_limit=float(request["soft_time_limit"]),
-                  alive_interval=float(request["alive_interval"]))
+                  alive_interval=float(request["alive_interval"]), capture=capture)
     finally:
         os._exit(1)  # run_child leaves through os._exit; this only catches a failure before it
 
@@ -117,7 +122,8 @@ def _reply(control: socket.socket, obj: dict[str, Any]) -> None:
 
 
 def fork_initial(app: App, spec: str, control: socket.socket, master_pid: int,
-                 fds: list[int], request: dict[str, Any]) -> list[list[int]]:
+                 fds: list[int], request: dict[str, Any],
+                 capture: LogCapture | None = None) -> list[list[int]]:
     """Fork the first children (index 1, 2, ...) for the sockets the master passed at exec:
     they start while the master is still importing and connecting, and it adopts them."""
     forked = []
@@ -132,13 +138,15 @@ def fork_initial(app: App, spec: str, control: socket.socket, master_pid: int,
         if pid == 0:
             for other in fds[index:]:
                 os.close(other)
-            _become_child(app, spec, control, fd, {**request, "index": index}, master_pid)
+            _become_child(app, spec, control, fd, {**request, "index": index}, master_pid,
+                          capture)
         os.close(fd)
         forked.append([index, pid])
     return forked
 
 
-def serve(app: App, spec: str, control: socket.socket, master_pid: int) -> None:
+def serve(app: App, spec: str, control: socket.socket, master_pid: int,
+          capture: LogCapture | None = None) -> None:
     while True:
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, MAX_MESSAGE, 1)
@@ -163,7 +171,7 @@ def serve(app: App, spec: str, control: socket.socket, master_pid: int) -> None:
             _reply(control, {"t": "error", "error": f"clone failed: {exc}"})
             continue
         if pid == 0:
-            _become_child(app, spec, control, fds[0], request, master_pid)
+            _become_child(app, spec, control, fds[0], request, master_pid, capture)
         os.close(fds[0])
         _reply(control, {"t": "spawned", "pid": pid})
 
@@ -181,23 +189,28 @@ def main(argv: list[str] | None = None) -> None:
     initial = [int(fd) for fd in args.initial_fds.split(",") if fd]
 
     die_with_parent(args.master_pid)
-    # Like a child: ^C and a service manager's group-wide TERM belong to the master. A forked
-    # child puts the master's signals back to their defaults before its runtime sets its own.
-    for signum in OWN_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+    # Signals as an exec'd child of the master finds them, set before the app's import (which
+    # may set its own, kept, as an exec'd child keeps them), so that a forked child has
+    # nothing to reset. ^C and a service manager's group-wide TERM belong to the master: the
+    # fork server ignores them, as the child runtime does.
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for name in protocol.MASTER_SIGNALS:
+        signum = getattr(signal, "SIG" + name)
+        signal.signal(signum, signal.SIG_IGN if signum in OWN_SIGNALS else signal.SIG_DFL)
     setproctitle(f"jobrun-forkserver: {args.app} generation={args.generation}")
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
     app = load_app_or_exit(args.app, "jobrun-forkserver")
     preload(app)
+    capture = LogCapture(capture_print=app.capture_print)  # every child's, built once
     # What the import and preload built stays put: the collector never walks (and so never
     # writes to) the objects every child shares, so their pages stay shared copy-on-write.
     gc.collect()
     gc.freeze()
     try:
         children = fork_initial(app, args.app, control, args.master_pid, initial,
-                                json.loads(args.initial_request)) if initial else []
+                                json.loads(args.initial_request), capture) if initial else []
         _reply(control, {"t": "ready", "pid": os.getpid(), "children": children})
-        serve(app, args.app, control, args.master_pid)
+        serve(app, args.app, control, args.master_pid, capture)
     finally:
         sys.stderr.flush()
         os._exit(protocol.EXIT_OK)

@@ -15,6 +15,7 @@ master drains and stops its children itself). It always leaves through ``os._exi
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import ctypes
 import os
@@ -48,20 +49,42 @@ MAX_TRACEBACK = 16 * 1024
 HOLD_RESULTS = 0.005
 
 
+_prctl: Callable[..., int] | None = None
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up once per process: the fork server does it before it forks, so
+    a forked child calls the function object it inherits (building it costs a child ~70
+    copy-on-write page faults)."""
+    global _prctl
+    if _prctl is None:
+        try:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            return None
+    return _prctl
+
+
 def die_with_parent(master_pid: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
+    prctl = _load_prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != master_pid:  # the master died before prctl took effect
         os._exit(protocol.EXIT_OK)
 
 
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
 def rss_bytes() -> int:
+    # os.open, not open(): a text file object (its codec and locale look-ups) costs a forked
+    # child ~40 copy-on-write page faults more.
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
+        try:
+            return int(os.read(fd, 256).split()[1]) * _PAGE_SIZE
+        finally:
+            os.close(fd)
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -70,7 +93,8 @@ class ChildRuntime:
     """Runs jobs one at a time and turns each into a result frame."""
 
     def __init__(self, app: App, sock: socket.socket, index: int, *, max_tasks: int = 0,
-                 max_memory: int = 0, soft_time_limit: float = 0.0) -> None:
+                 max_memory: int = 0, soft_time_limit: float = 0.0,
+                 capture: LogCapture | None = None) -> None:
         self.app = app
         self.sock = sock
         self.index = index
@@ -88,7 +112,7 @@ class ChildRuntime:
         self.alive_interval = 1.0
         self._current: tuple[Job, float] | None = None
         self.effects: EffectRunner | None = None
-        self.capture = LogCapture(capture_print=app.capture_print)
+        self.capture = capture or LogCapture(capture_print=app.capture_print)
         self._took: dict[str, float] = {}  # recent run time per task, seconds
         self._held: list[bytes] = []  # encoded results not sent yet
         self._held_since = 0.0
@@ -161,7 +185,10 @@ class ChildRuntime:
         """Run job frames in order. The master may write several at once (prefetch); they are
         read with one receive, and their results go back with one send."""
         self._title()
-        threading.Thread(target=self._ticker, name="ticker", daemon=True).start()
+        # The low-level call: a threading.Thread costs a forked child ~85 more copy-on-write
+        # page faults (its bookkeeping touches the module's shared objects), and nothing here
+        # joins or enumerates this thread; the child leaves through os._exit.
+        _thread.start_new_thread(self._ticker, ())
         reader = protocol.FrameReader()
         frames: deque[bytes] = deque()
         while True:
@@ -389,13 +416,14 @@ def preload(app: App) -> None:
 
 def run_child(app: App, app_spec: str, sock: socket.socket, index: int, master_pid: int, *,
               max_tasks: int, max_memory: int, soft_time_limit: float,
-              alive_interval: float) -> None:
+              alive_interval: float, capture: LogCapture | None = None) -> None:
     """Serve the master until it says stop, the socket closes or the child recycles; then
-    leave through ``os._exit`` (a forked child must never return into the fork server)."""
+    leave through ``os._exit`` (a forked child must never return into the fork server).
+    ``capture``: the log capture the fork server built for its children, else a new one."""
     code = protocol.EXIT_OK
     try:
         runtime = ChildRuntime(app, sock, index, max_tasks=max_tasks, max_memory=max_memory,
-                               soft_time_limit=soft_time_limit)
+                               soft_time_limit=soft_time_limit, capture=capture)
         runtime.app_spec = app_spec
         runtime.alive_interval = alive_interval
         runtime.effects = from_environment(master_pid, index)
