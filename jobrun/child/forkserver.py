@@ -41,7 +41,9 @@ hook); the process title is the child's own.
 **What a child costs.** A forked child writes to every page it touches that it shares with
 the fork server (CPython's reference counts), and each first write is a copy-on-write fault.
 What every child would build the same way (libc's prctl, the log capture and its handler) is
-built here once, before ``gc.freeze``, and children start with it.
+built here once, before ``gc.freeze``, and children start with it. The fork server pays the
+same for what it writes while a child it forked still shares its pages: the clone call is
+built once too, and the loop between two forks allocates as little as it can.
 
 Control protocol (SOCK_SEQPACKET, one JSON message per packet):
     master -> server: {"t": "spawn", "index", "max_tasks", "max_memory", "soft_time_limit",
@@ -79,21 +81,41 @@ MAX_MESSAGE = 4096
 OWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # dispositions the fork server sets for itself
 
 
+class _Clone:
+    """The system call and the interpreter's fork hooks as ctypes functions, with their
+    arguments, built once: everything the fork server writes after a fork, to memory it still
+    shares with the child, costs it a copy-on-write fault, so the fork itself allocates
+    nothing."""
+
+    def __init__(self) -> None:
+        libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the GIL stays held across the call
+        self.syscall = libc.syscall
+        self.syscall.restype = ctypes.c_long
+        api = ctypes.pythonapi
+        self.before, self.after_child, self.after_parent = (
+            api.PyOS_BeforeFork, api.PyOS_AfterFork_Child, api.PyOS_AfterFork_Parent)
+        self.args = (ctypes.c_long(SYS_CLONE[platform.machine()]),
+                     ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD),
+                     ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+
+_clone: _Clone | None = None
+
+
 def fork_as_sibling() -> int:
     """Fork this (single-threaded) process; the new process's parent is this one's parent.
     Returns 0 in the child and the child's pid here, like ``os.fork``."""
-    libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the GIL stays held across the call
-    libc.syscall.restype = ctypes.c_long
-    api = ctypes.pythonapi
-    flags = ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD)
-    zero = ctypes.c_ulong(0)
-    api.PyOS_BeforeFork()
-    pid = libc.syscall(ctypes.c_long(SYS_CLONE[platform.machine()]), flags, zero, zero, zero, zero)
+    global _clone
+    if _clone is None:
+        _clone = _Clone()
+    c = _clone
+    c.before()
+    pid = c.syscall(*c.args)
     if pid == 0:
-        api.PyOS_AfterFork_Child()
+        c.after_child()
         return 0
     err = ctypes.get_errno()
-    api.PyOS_AfterFork_Parent()
+    c.after_parent()
     if pid < 0:
         raise OSError(err, os.strerror(err))
     return pid
@@ -127,8 +149,6 @@ def fork_initial(app: App, spec: str, control: socket.socket, master_pid: int,
     """Fork the first children (index 1, 2, ...) for the sockets the master passed at exec:
     they start while the master is still importing and connecting, and it adopts them."""
     forked = []
-    sys.stdout.flush()
-    sys.stderr.flush()
     for index, fd in enumerate(fds, 1):
         try:
             pid = fork_as_sibling()
@@ -162,8 +182,6 @@ def serve(app: App, spec: str, control: socket.socket, master_pid: int,
                 os.close(fd)
             _reply(control, {"t": "error", "error": "a spawn request carries exactly one socket"})
             continue
-        sys.stdout.flush()  # or a child would write what the app printed at import again
-        sys.stderr.flush()
         try:
             pid = fork_as_sibling()
         except OSError as exc:
@@ -173,7 +191,7 @@ def serve(app: App, spec: str, control: socket.socket, master_pid: int,
         if pid == 0:
             _become_child(app, spec, control, fds[0], request, master_pid, capture)
         os.close(fds[0])
-        _reply(control, {"t": "spawned", "pid": pid})
+        control.send(b'{"t": "spawned", "pid": %d}' % pid)  # (no json.dumps: see _Clone)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,6 +220,10 @@ def main(argv: list[str] | None = None) -> None:
     app = load_app_or_exit(args.app, "jobrun-forkserver")
     preload(app)
     capture = LogCapture(capture_print=app.capture_print)  # every child's, built once
+    global _clone
+    _clone = _Clone()
+    sys.stdout.flush()  # what the app printed at import, or each child would write it again
+    sys.stderr.flush()
     # What the import and preload built stays put: the collector never walks (and so never
     # writes to) the objects every child shares, so their pages stay shared copy-on-write.
     gc.collect()
