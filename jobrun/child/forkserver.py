@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -83,9 +84,9 @@ OWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # dispositions the fork server se
 
 class _Clone:
     """The system call and the interpreter's fork hooks as ctypes functions, with their
-    arguments, built once: everything the fork server writes after a fork, to memory it still
-    shares with the child, costs it a copy-on-write fault, so the fork itself allocates
-    nothing."""
+    arguments, built once (``clone_call``): everything the fork server writes after a fork, to
+    memory it still shares with the child, costs it a copy-on-write fault, so the fork itself
+    allocates nothing."""
 
     def __init__(self) -> None:
         libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the GIL stays held across the call
@@ -99,16 +100,15 @@ class _Clone:
                      ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
 
-_clone: _Clone | None = None
+@functools.cache
+def clone_call() -> _Clone:
+    return _Clone()
 
 
 def fork_as_sibling() -> int:
     """Fork this (single-threaded) process; the new process's parent is this one's parent.
     Returns 0 in the child and the child's pid here, like ``os.fork``."""
-    global _clone
-    if _clone is None:
-        _clone = _Clone()
-    c = _clone
+    c = clone_call()
     c.before()
     pid = c.syscall(*c.args)
     if pid == 0:
@@ -220,8 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     app = load_app_or_exit(args.app, "jobrun-forkserver")
     preload(app)
     capture = LogCapture(capture_print=app.capture_print)  # every child's, built once
-    global _clone
-    _clone = _Clone()
+    clone_call()
     sys.stdout.flush()  # what the app printed at import, or each child would write it again
     sys.stderr.flush()
     # What the import and preload built stays put: the collector never walks (and so never

@@ -18,6 +18,7 @@ from __future__ import annotations
 import _thread
 import argparse
 import ctypes
+import functools
 import os
 import signal
 import socket
@@ -49,24 +50,19 @@ MAX_TRACEBACK = 16 * 1024
 HOLD_RESULTS = 0.005
 
 
-_prctl: Callable[..., int] | None = None
-
-
-def _load_prctl() -> Callable[..., int] | None:
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
     """libc's prctl, looked up once per process: the fork server does it before it forks, so
     a forked child calls the function object it inherits (building it costs a child ~70
     copy-on-write page faults)."""
-    global _prctl
-    if _prctl is None:
-        try:
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            return None
-    return _prctl
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
 
 
 def die_with_parent(master_pid: int) -> None:
-    prctl = _load_prctl()
+    prctl = _prctl()
     if prctl is not None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != master_pid:  # the master died before prctl took effect
