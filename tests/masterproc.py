@@ -146,7 +146,7 @@ class MasterProcess:
 
     def forkservers(self) -> list[int]:
         """Live fork server pids of the master (``--spawn fork``)."""
-        return [p for p in self._kids() if title(p).startswith("jobrun-forkserver")]
+        return [p for p in self._kids() if is_forkserver(title(p))]
 
     def idle_children(self) -> list[int]:
         return [p for p in self.children() if title(p).endswith(": idle")]
