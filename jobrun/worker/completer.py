@@ -71,6 +71,7 @@ class Completer(Service):
         super().__init__()
         self.linger = linger  # seconds the next flush waits for its batch to fill, now
         self.dsn = dsn
+        self._options = db.session_options(dsn, db.BY_ID_SETTINGS)
         self.q = queries
         self.owner = owner
         self.host = host
@@ -151,7 +152,8 @@ class Completer(Service):
         failures = 0
         while True:
             try:
-                self._conn = await reconnect_if_broken(self._conn, self.dsn, prepare_threshold=0)
+                self._conn = await reconnect_if_broken(self._conn, self.dsn, prepare_threshold=0,
+                                                       options=self._options)
                 cur = await self._conn.execute(self.q.complete_jobs, params)
                 accepted = {row["job_id"] for row in await cur.fetchall()}
                 break

@@ -258,7 +258,8 @@ class Heartbeater(Service):
             timeout_ms = int(max(0.5, self.period * 0.8) * 1000)
             # libpq's connect_timeout is whole seconds (2 at least): a connect may overrun the
             # deadline by that much, and then the statement is not tried.
-            self._conn = db.connect(self.dsn, options=f"-c statement_timeout={timeout_ms}",
+            settings = {**db.BY_ID_SETTINGS, "statement_timeout": str(timeout_ms)}
+            self._conn = db.connect(self.dsn, options=db.session_options(self.dsn, settings),
                                     connect_timeout=max(2, int(deadline - self.clock() + 1)))
         conn = self._conn
         timer = threading.Timer(max(0.0, deadline - self.clock()), _cut, args=(conn,))

@@ -96,3 +96,42 @@ def test_a_drain_cuts_a_linger_short(pg_dsn, schema, client):
     """Stopping does not wait out a backlog's linger: the results are written at once."""
     _, took = _two_flushes(pg_dsn, schema, client, linger=600.0, drain_at_once=True)
     assert took < 30  # not the 600 s linger
+
+
+def test_the_completion_looks_jobs_up_by_id_after_the_table_grows_under_its_cached_plan(
+        pg_dsn, schema, client):
+    """The completer's statement is prepared: once PostgreSQL settles on a generic plan it keeps
+    it until the table's statistics change. A plan made while `jobs` was a few pages read the
+    batch's rows with a sequential scan, and went on scanning the whole table as it grew."""
+    q = for_schema(schema)
+    owner = "test:1:completer"
+    jobs = sql.Identifier(schema, "jobs")
+    with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
+        # No autovacuum ANALYZE in between: it would re-plan by chance.
+        conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(jobs))
+        client.enqueue_many([("noop", i) for i in range(8)])
+        rows = conn.execute(q.claim_jobs, claim_params(["default"], 8, owner, 60)).fetchall()
+
+        async def scenario() -> str:
+            recorded: list[int] = []
+            completer = Completer(pg_dsn, q, owner, "host", 1,
+                                  on_recorded=lambda done: recorded.extend(c.id for c in done))
+            completer.start()
+            for n, row in enumerate(rows, 1):  # one statement each: past the custom plans
+                completer.submit(Completion(id=row["id"], token=row["lease_token"],
+                                            status="succeeded", outcome="succeeded", result="null"))
+                await wait_for_async(lambda: len(recorded) == n, 20, message="each flush")
+            client.enqueue_many([("noop", i) for i in range(5000)])
+            cur = await completer._conn.execute(
+                "SELECT name, cardinality(parameter_types) AS n FROM pg_prepared_statements"
+                " WHERE statement LIKE '%job_attempts%'", prepare=False)
+            [prepared] = await cur.fetchall()
+            nulls = ", ".join(["NULL"] * prepared["n"])
+            cur = await completer._conn.execute(f"EXPLAIN EXECUTE {prepared['name']}({nulls})",
+                                               prepare=False)
+            plan = "\n".join(row["QUERY PLAN"] for row in await cur.fetchall())
+            await completer.stop()
+            return plan
+
+        plan = asyncio.run(scenario())
+    assert "jobs_pkey" in plan and "Seq Scan on jobs" not in plan, plan

@@ -13,9 +13,11 @@ import re
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from jobrun.sql import for_schema
 from jobrun.worker.claimer import claim_params
+from jobrun.worker.heartbeat import Heartbeater
 
 BY_ID = ["complete_jobs", "heartbeat", "unclaim", "complete_transactional", "record_handler_session"]
 
@@ -46,3 +48,24 @@ def test_updates_by_id_use_the_primary_key_under_a_generic_plan(pg_dsn, client, 
         rows = conn.execute(f"EXPLAIN EXECUTE s({', '.join(['NULL'] * count)})").fetchall()
     plan = "\n".join(row[0] for row in rows)
     assert "jobs_pkey" in plan and "jobs_leased" not in plan, plan
+
+
+def test_the_master_connections_that_update_by_id_plan_generically_without_sequential_scans(
+        pg_dsn, schema):
+    """The heartbeat's own connection carries the settings of the completer's (see
+    BY_ID_SETTINGS), its statement timeout, and whatever options the DSN itself gives."""
+    given = conninfo_to_dict(pg_dsn).get("options") or ""
+    dsn = make_conninfo(pg_dsn, options=f"{given} -c work_mem=5MB".strip())
+    hb = Heartbeater(dsn, for_schema(schema), "owner", 3.0, leases=list,
+                     loop_alive=lambda period: True, on_fence=lambda lease, reason: None)
+    try:
+        assert hb._execute_renewal([], hb.clock() + 5) == []
+        rows = hb._conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+            [["enable_seqscan", "plan_cache_mode", "work_mem", "statement_timeout"]]).fetchall()
+        shown = {row["name"]: row["setting"] for row in rows}
+    finally:
+        hb._conn.close()
+    timeout_ms = str(int(max(0.5, hb.period * 0.8) * 1000))
+    assert shown == {"enable_seqscan": "off", "plan_cache_mode": "force_generic_plan",
+                     "work_mem": "5120", "statement_timeout": timeout_ms}
