@@ -82,8 +82,12 @@ BY_ID_SETTINGS = {"enable_seqscan": "off", "plan_cache_mode": "force_generic_pla
 
 def session_options(dsn: str, settings: dict[str, str]) -> str:
     """The libpq ``options`` for ``dsn`` with ``settings`` added (``-c name=value`` each),
-    keeping any the DSN already gives."""
-    given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or ""
+    keeping any the DSN already gives. A DSN libpq cannot parse gets ``settings`` alone: the
+    connection then fails, and that error is the one to report."""
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or ""
+    except psycopg.Error:
+        given = ""
     return " ".join([given, *(f"-c {name}={value}" for name, value in settings.items())]).strip()
 
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from jobrun.testing import wait_for
 
 from tests.masterproc import APP, ROOT, metrics_url
@@ -92,9 +94,10 @@ def test_healthz_stays_ok_while_every_child_is_busy(master, client, db):
     assert checks >= 5
 
 
-def test_no_migrate_with_an_unreachable_database_says_so_in_one_line(db_env):
-    env = {**db_env, "PYTHONPATH": str(ROOT),
-           "JOBRUN_DATABASE_URL": "postgresql://jobrun:s3cret@127.0.0.1:1/none"}
+@pytest.mark.parametrize("url", ["postgresql://jobrun:s3cret@127.0.0.1:1/none",
+                                 "postgresql://jobrun:s3cret@127.0.0.1:1/none?bogus=1"])
+def test_no_migrate_with_an_unreachable_database_says_so_in_one_line(db_env, url):
+    env = {**db_env, "PYTHONPATH": str(ROOT), "JOBRUN_DATABASE_URL": url}
     proc = subprocess.run([sys.executable, "-m", "jobrun.worker.cli", "-A", APP, "--no-migrate",
                            "--metrics-addr", "off"], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
