@@ -246,15 +246,6 @@ class Claimer(Service):
                                 self.dispatcher.runtime, budget)
         return prefetch.headroom(child.held(), limit, held, budget)
 
-    def _can_top_up(self, child: Child) -> bool:
-        return self._headroom(child) is not None
-
-    def _short_only(self, child: Child) -> bool:
-        """Below its cap and holding only short jobs (the budget aside)."""
-        return child.held() < self._cap(child) and prefetch.backlog(
-            (j.task for j in (child.job, *child.queued) if j is not None),
-            self.dispatcher.runtime, self.settings.prefetch_max_runtime) is not None
-
     def complete_linger(self) -> float:
         """How long the next completion statement waits for its batch (policy.prefetch)."""
         if not self.backlogged:
@@ -296,12 +287,12 @@ class Claimer(Service):
             self._assign(child, rows.pop(), batches)
         if rows:
             # Children that went idle while the claim ran take rows too, first.
-            self._fill(d.idle() + d.busy(), rows, batches, self._can_top_up)
+            self._fill(d.idle() + d.busy(), rows, batches, within_budget=True)
         if rows:
             # Run times measured while the claim ran may have grown past the room it was
             # sized for: rather than give rows back (a statement, and a claim again), let
             # children holding only short jobs take them, up to --prefetch.
-            self._fill(d.busy(), rows, batches, self._short_only)
+            self._fill(d.busy(), rows, batches, within_budget=False)
         orphans = rows[::-1]
         for child, sent in batches.items():
             if child.send(b"".join(frame for _, _, frame in sent)):
@@ -318,14 +309,33 @@ class Claimer(Service):
         return orphans
 
     def _fill(self, takers: list[Child], rows: list[dict[str, Any]], batches: Batch,
-              can_take: Callable[[Child], bool]) -> None:
-        """Hand rows (popped from the end) to the takers holding fewest, while they can take."""
-        takers = [c for c in takers if can_take(c)]
-        while rows and takers:
-            child = min(takers, key=Child.held)
-            self._assign(child, rows.pop(), batches)
-            if not can_take(child):
-                takers.remove(child)
+              within_budget: bool) -> None:
+        """Hand rows (popped from the end) to the takers holding fewest, while they can take:
+        below their cap, holding only short jobs and, if ``within_budget``, less work than
+        --prefetch-max-runtime. Each taker's held work is summed once and then kept up as
+        rows are assigned (not summed again over everything it holds for every row)."""
+        budget = self.settings.prefetch_max_runtime
+        runtime = self.dispatcher.runtime
+        work: dict[Child, float] = {}
+        for child in takers:
+            held = prefetch.backlog((j.task for j in (child.job, *child.queued) if j is not None),
+                                    runtime, budget)
+            if self._may_take(child, held, within_budget):
+                work[child] = held
+        while rows and work:
+            child = min(work, key=Child.held)
+            row = rows.pop()
+            self._assign(child, row, batches)
+            took = runtime.get(row["task"])
+            held = None if took is None or took >= budget else work[child] + took
+            if self._may_take(child, held, within_budget):
+                work[child] = held
+            else:
+                del work[child]
+
+    def _may_take(self, child: Child, held: float | None, within_budget: bool) -> bool:
+        return held is not None and child.held() < self._cap(child) and (
+            not within_budget or held < self.settings.prefetch_max_runtime)
 
     def _assign(self, child: Child, row: dict[str, Any], batches: Batch) -> None:
         job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
