@@ -19,6 +19,7 @@ child -> master: {"t": "ready", "pid", "rss", "tasks": {name: config}}
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
@@ -35,16 +36,54 @@ EXIT_BOOT_ERROR = 3  # the app failed to import: the master must stop, not respa
 EXIT_PROTOCOL_ERROR = 4
 
 
+# One encoder for every frame: json.dumps with options builds a new one at each call.
+_to_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def encode(obj: dict[str, Any]) -> bytes:
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    body = _to_json(obj).encode()
     return HEADER.pack(len(body)) + body
 
 
 def job_frame(header: dict[str, Any], payload_text: str) -> bytes:
     """A job frame: the header fields plus the payload spliced in as raw JSON text."""
-    head = json.dumps({"t": "job", **header}, separators=(",", ":"), ensure_ascii=False)
+    head = _to_json({"t": "job", **header})
     body = (head[:-1] + ',"payload":' + payload_text + "}").encode()
     return HEADER.pack(len(body)) + body
+
+
+def _number(value: float) -> str:
+    return repr(value) if math.isfinite(value) else _to_json(value)
+
+
+class JobFrames:
+    """The master's job frames, written field by field: what ``job_frame`` gives for the same
+    header, at a fraction of its cost per job (no dict, no encoder pass; the names that repeat,
+    owner, task and queue, are encoded once)."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = _to_json(owner)
+        self._names: dict[str, str] = {}
+
+    def _name(self, name: str) -> str:
+        text = self._names.get(name)
+        if text is None:
+            if len(self._names) >= 4096:  # names are few; never let hostile ones pile up
+                self._names.clear()
+            text = self._names[name] = _to_json(name)
+        return text
+
+    def frame(self, *, id: int, token: int, task: str, queue: str, attempt: int,
+              max_attempts: int, priority: int, created_at: float, key: str | None,
+              traceparent: str | None, payload_text: str) -> bytes:
+        body = (f'{{"t":"job","id":{id:d},"token":{token:d},"owner":{self._owner},'
+                f'"task":{self._name(task)},"queue":{self._name(queue)},"attempt":{attempt:d},'
+                f'"max_attempts":{max_attempts:d},"priority":{priority:d},'
+                f'"created_at":{_number(created_at)},'
+                f'"key":{"null" if key is None else _to_json(key)},'
+                f'"traceparent":{"null" if traceparent is None else _to_json(traceparent)},'
+                f'"payload":{payload_text}}}').encode()
+        return HEADER.pack(len(body)) + body
 
 
 def decode(body: bytes) -> dict[str, Any]:

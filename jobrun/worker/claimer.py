@@ -49,6 +49,7 @@ class Claimer(Service):
         self.dsn = dsn
         self.q = queries
         self.owner = owner
+        self._frames = protocol.JobFrames(owner)
         self.settings = settings
         self.dispatcher = dispatcher
         self.metrics = metrics
@@ -342,11 +343,11 @@ class Claimer(Service):
                        attempts=row["attempts"], max_attempts=row["max_attempts"],
                        crashes=row["crashes"], created_at=row["created_at"],
                        claimed=self._last_claim)
-        frame = protocol.job_frame({
-            "id": job.id, "token": job.token, "owner": self.owner, "task": job.task,
-            "queue": job.queue, "attempt": job.attempts, "max_attempts": job.max_attempts,
-            "priority": row["priority"], "created_at": job.created_at,
-            "key": row["idempotency_key"], "traceparent": row["traceparent"]}, row["payload"])
+        frame = self._frames.frame(
+            id=job.id, token=job.token, task=job.task, queue=job.queue, attempt=job.attempts,
+            max_attempts=job.max_attempts, priority=row["priority"], created_at=job.created_at,
+            key=row["idempotency_key"], traceparent=row["traceparent"],
+            payload_text=row["payload"])
         if self.dispatcher.parks(child):
             self.dispatcher.park(child, job, frame)
             return

@@ -46,6 +46,33 @@ def test_job_frames_splice_the_payload_text(header, payload):
     assert protocol.decode(body) == {"t": "job", **header, "payload": payload}
 
 
+bigints = st.integers(-2**63, 2**63 - 1)
+names = st.text(max_size=12)  # any text: quotes, control characters, surrogates aside
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.tuples(bigints, bigints), owner=names, task=names, queue=names,
+       counts=st.tuples(st.integers(0, 2**31), st.integers(0, 2**31), st.integers(-2**15, 2**15)),
+       created_at=st.one_of(st.sampled_from([float("inf"), float("-inf"), -0.0, 1e300, 5e-324]),
+                            st.floats(allow_nan=False)), key=st.one_of(st.none(), names),
+       traceparent=st.one_of(st.none(), names), payload=json_values)
+def test_the_masters_job_frames_decode_as_the_generic_ones(ids, owner, task, queue, counts,
+                                                          created_at, key, traceparent, payload):
+    import json
+    header = {"id": ids[0], "token": ids[1], "owner": owner, "task": task, "queue": queue,
+              "attempt": counts[0], "max_attempts": counts[1], "priority": counts[2],
+              "created_at": created_at, "key": key, "traceparent": traceparent}
+    frames = protocol.JobFrames(owner)
+    for _ in range(2):  # the second time from the cache of names
+        fast = frames.frame(id=ids[0], token=ids[1], task=task, queue=queue, attempt=counts[0],
+                            max_attempts=counts[1], priority=counts[2], created_at=created_at,
+                            key=key, traceparent=traceparent, payload_text=json.dumps(payload))
+        [body] = protocol.FrameReader().feed(fast)
+        assert protocol.decode(body) == {"t": "job", **header, "payload": payload}
+        [generic] = protocol.FrameReader().feed(protocol.job_frame(header, json.dumps(payload)))
+        assert protocol.decode(generic) == protocol.decode(body)
+
+
 def test_exit_descriptions():
     assert describe_exit(0) == ("exited with code 0", False)
     assert describe_exit(3) == ("exited with code 3", False)
