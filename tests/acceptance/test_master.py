@@ -496,9 +496,15 @@ def test_master_never_forks_itself(master, client, db):
     ids = enqueue(client, [("noop", None)] * 5 + [("crash_once", None)])
     db.wait_status(ids, timeout=20)
     assert all(s == "succeeded" for s in db.statuses(ids).values())
+    before = set(m.children())
     m.signal(signal.SIGHUP)  # a whole new generation, spawned by the running master
     wait_for(lambda: "master.reload" in m.stderr(), message="the reload")
-    kids = m.wait_children(2)
+
+    def new_generation() -> list[int] | None:
+        # Not the old children: a retiring one closes its socket as it exits.
+        kids = m.children()
+        return kids if len(kids) == 2 and not set(kids) & before else None
+    kids = wait_for(new_generation, timeout=20, message="two children of the new generation")
     # Python 3.11 does not warn about forking a threaded process, so look as well: a forked
     # child would share the master's sockets (libpq connections, its socketpair ends); an
     # exec'd one holds its own end of its socketpair and nothing of the master's.
