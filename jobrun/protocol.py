@@ -98,8 +98,8 @@ def decode_job(body: bytes) -> tuple[dict[str, Any], str | None]:
     JSON nested too deep for the parser, or an integer too long to convert), the header
     alone and a one-line reason, so the child can fail that job instead of dying.
 
-    The payload is spliced in last by ``job_frame``; the first ``,"payload":`` is its key,
-    since inside a JSON string every '"' is escaped."""
+    The payload comes last in every job frame (``JobFrames.frame``, ``job_frame``); the first
+    ``,"payload":`` is its key, since inside a JSON string every '"' is escaped."""
     try:
         return decode(body), None
     except (ValueError, RecursionError) as exc:

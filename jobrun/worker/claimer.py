@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any, Callable, Sequence
 
@@ -238,14 +239,21 @@ class Claimer(Service):
         return prefetch.cap(self.settings.prefetch, self.settings.max_tasks_per_child,
                             child.jobs_done)
 
+    def _held_work(self, child: Child) -> float | None:
+        """Seconds of work a child holds (running and waiting), None if any may be long."""
+        return prefetch.backlog((j.task for j in (child.job, *child.queued) if j is not None),
+                                self.dispatcher.runtime, self.settings.prefetch_max_runtime)
+
     def _headroom(self, child: Child) -> float | None:
-        limit = self._cap(child)
-        if child.held() >= limit:
-            return None
-        budget = self.settings.prefetch_max_runtime
-        held = prefetch.backlog((j.task for j in (child.job, *child.queued) if j is not None),
-                                self.dispatcher.runtime, budget)
-        return prefetch.headroom(child.held(), limit, held, budget)
+        if child.held() >= self._cap(child):
+            return None  # (before summing what it holds)
+        return self._room_left(child, self._held_work(child), within_budget=True)
+
+    def _room_left(self, child: Child, held: float | None, within_budget: bool) -> float | None:
+        """policy.prefetch.headroom for ``child`` holding ``held`` seconds of work; not
+        ``within_budget``: short jobs up to its cap, whatever their sum."""
+        budget = self.settings.prefetch_max_runtime if within_budget else math.inf
+        return prefetch.headroom(child.held(), self._cap(child), held, budget)
 
     def complete_linger(self) -> float:
         """How long the next completion statement waits for its batch (policy.prefetch)."""
@@ -315,28 +323,22 @@ class Claimer(Service):
         below their cap, holding only short jobs and, if ``within_budget``, less work than
         --prefetch-max-runtime. Each taker's held work is summed once and then kept up as
         rows are assigned (not summed again over everything it holds for every row)."""
-        budget = self.settings.prefetch_max_runtime
-        runtime = self.dispatcher.runtime
         work: dict[Child, float] = {}
         for child in takers:
-            held = prefetch.backlog((j.task for j in (child.job, *child.queued) if j is not None),
-                                    runtime, budget)
-            if self._may_take(child, held, within_budget):
+            held = self._held_work(child)
+            if self._room_left(child, held, within_budget) is not None:
                 work[child] = held
         while rows and work:
             child = min(work, key=Child.held)
             row = rows.pop()
             self._assign(child, row, batches)
-            took = runtime.get(row["task"])
-            held = None if took is None or took >= budget else work[child] + took
-            if self._may_take(child, held, within_budget):
+            took = prefetch.backlog((row["task"],), self.dispatcher.runtime,
+                                    self.settings.prefetch_max_runtime)
+            held = None if took is None else work[child] + took
+            if self._room_left(child, held, within_budget) is not None:
                 work[child] = held
             else:
                 del work[child]
-
-    def _may_take(self, child: Child, held: float | None, within_budget: bool) -> bool:
-        return held is not None and child.held() < self._cap(child) and (
-            not within_budget or held < self.settings.prefetch_max_runtime)
 
     def _assign(self, child: Child, row: dict[str, Any], batches: Batch) -> None:
         job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
