@@ -9,20 +9,29 @@ Without OpenTelemetry both ends are no-ops.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import functools
+from typing import Any, Iterator
 
-try:  # optional dependency
-    from opentelemetry import trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError:  # pragma: no cover - exercised when the extra is absent
-    trace = None  # type: ignore[assignment]
-    TraceContextTextMapPropagator = None  # type: ignore[assignment,misc]
+
+@functools.cache
+def load() -> tuple[Any, Any] | None:
+    """(opentelemetry.trace, its W3C propagator class), imported on first use, or None without
+    the extra. On first use: an untraced producer or job never needs it, and its import costs
+    a fresh process ~15 ms (the fork server imports it once its first children are out)."""
+    try:  # optional dependency
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError:  # pragma: no cover - exercised when the extra is absent
+        return None
+    return trace, TraceContextTextMapPropagator
 
 
 def current_traceparent() -> str | None:
     """The traceparent of the current span, or None outside a (sampled or not) valid span."""
-    if trace is None:
+    otel = load()
+    if otel is None:
         return None
+    trace, TraceContextTextMapPropagator = otel
     span = trace.get_current_span()
     if not span.get_span_context().is_valid:
         return None
@@ -35,9 +44,11 @@ def current_traceparent() -> str | None:
 def attempt_span(task: str, job_id: int, attempt: int, queue: str,
                  traceparent: str | None) -> Iterator[None]:
     """Run one attempt inside a span that continues the producer's trace, if there is one."""
-    if trace is None or not traceparent:
+    otel = None if not traceparent else load()
+    if otel is None:
         yield
         return
+    trace, TraceContextTextMapPropagator = otel
     context = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
     tracer = trace.get_tracer("jobrun")
     with tracer.start_as_current_span(

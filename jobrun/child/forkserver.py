@@ -63,7 +63,6 @@ import functools
 import gc
 import json
 import os
-import platform
 import random
 import signal
 import socket
@@ -72,10 +71,10 @@ from typing import Any
 
 from setproctitle import setproctitle
 
-from jobrun import protocol
+from jobrun import protocol, tracing
 from jobrun.app import App
 from jobrun.child.capture import LogCapture
-from jobrun.child.clone import CLONE_PARENT, SYS_CLONE
+from jobrun.child.clone import CLONE_PARENT, SYS_CLONE, machine
 from jobrun.child.runtime import die_with_parent, load_app_or_exit, preload, run_child
 
 MAX_MESSAGE = 4096
@@ -95,7 +94,7 @@ class _Clone:
         api = ctypes.pythonapi
         self.before, self.after_child, self.after_parent = (
             api.PyOS_BeforeFork, api.PyOS_AfterFork_Child, api.PyOS_AfterFork_Parent)
-        self.args = (ctypes.c_long(SYS_CLONE[platform.machine()]),
+        self.args = (ctypes.c_long(SYS_CLONE[machine()]),
                      ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD),
                      ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
@@ -231,6 +230,10 @@ def main(argv: list[str] | None = None) -> None:
         children = fork_initial(app, args.app, control, args.master_pid, initial,
                                 json.loads(args.initial_request), capture) if initial else []
         _reply(control, {"t": "ready", "pid": os.getpid(), "children": children})
+        # Not on the way to the first children: what a traced job needs (its import would
+        # otherwise cost every later child that runs one), kept out of the collector's walk.
+        tracing.load()
+        gc.freeze()
         serve(app, args.app, control, args.master_pid, capture)
     finally:
         sys.stderr.flush()

@@ -22,13 +22,15 @@ def python_says(code: str) -> str:
 @pytest.mark.parametrize("module,absent", [
     ("jobrun.admin.cli", ("fastapi", "uvicorn", "croniter")),
     ("jobrun.worker.cli", ("fastapi", "croniter", "psycopg")),
-    ("jobrun.child.forkserver", ("fastapi", "croniter", "psycopg", "prometheus_client")),
+    ("jobrun.child.forkserver", ("fastapi", "croniter", "psycopg", "prometheus_client",
+                                 "opentelemetry", "platform")),
 ])
 def test_commands_start_without_what_they_do_not_use(module: str, absent: tuple[str, ...]) -> None:
     """`jobrun` commands other than `jobrun web` do not import the HTTP stack (about 0.5 s of
     a `jobrun enqueue` here); croniter runs a process of its own (`file` on the interpreter)
     when imported, so it waits until a cron expression is read; the master imports the driver
-    only after it launched the fork server, and a fork server needs neither."""
+    only after it launched the fork server, and a fork server needs neither; it imports
+    OpenTelemetry (~15 ms) only once its first children are out, and ``platform`` not at all."""
     assert python_says(f"import sys, {module}; "
                        f"print(','.join(m for m in {absent!r} if m in sys.modules))") == ""
 
