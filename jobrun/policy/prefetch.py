@@ -74,6 +74,19 @@ def worth_claiming(idle: int, extra: int, most: int, dry_soon: bool) -> bool:
     return bool(idle) or (extra > 0 and (dry_soon or extra >= most * 3 // 4))
 
 
+def results_to_reconsider(idle: int, extra: int, most: int, dry_soon: bool) -> int:
+    """After a claim decision (``worth_claiming`` of these figures), how many busy children may
+    run on to a job they already hold before the decision can change: each such result frees
+    one slot, so ``extra`` grows by one at most (run times aside, which move slowly), and no
+    child runs dry while it still holds one. 0: the decision is to claim now; 1 when no figure
+    bounds it (no prefetch sizing yet), which is asking again at every result."""
+    if worth_claiming(idle, extra, most, dry_soon):
+        return 0
+    if dry_soon:
+        return 1  # a child runs its last job, with no room anywhere: one freed slot is room
+    return max(1, most * 3 // 4 - max(extra, 0))
+
+
 def complete_linger(backlogged: bool, every_child_ahead: bool) -> float:
     """Seconds the next completion statement waits after the last one, for its batch to fill.
 

@@ -69,6 +69,10 @@ class Claimer(Service):
         self._turn = 0  # round_robin: the queue that goes first in the next claim
         self._rate_wake: asyncio.TimerHandle | None = None
         self._held: dict[tuple[str, str], Any] = {}
+        # Results of busy children that ran on to a job they held, since the last decision,
+        # and how many of them can change it (policy.prefetch.results_to_reconsider).
+        self._ran_on = 0
+        self._ran_on_limit = 0
         self.held: dict[str, dict[str, int]] = {}  # claims held back: queue -> reason -> count
 
     async def connect(self) -> None:
@@ -86,6 +90,15 @@ class Claimer(Service):
 
     def wake(self) -> None:
         self.wake_event.set()
+
+    def ran_on(self) -> None:
+        """A busy child finished a job and runs on to one it already held: one slot more
+        is free there. Most such results cannot make a claim worth it (the child still holds
+        work, and top-ups wait for a quarter of the room there can be); the claimer looks
+        again once enough of them came in that one could."""
+        self._ran_on += 1
+        if self._ran_on >= self._ran_on_limit:
+            self.wake_event.set()
 
     def wake_for_jobs(self) -> None:
         """New jobs were announced (NOTIFY, or the LISTEN connection came back)."""
@@ -129,7 +142,10 @@ class Claimer(Service):
         idle = d.idle()
         coming = d.coming()  # starting: a job is parked for each, handed over once it is ready
         extra, most, dry_soon = self._room(len(idle))
-        if not prefetch.worth_claiming(len(idle) + len(coming), extra, most, dry_soon):
+        wanted = len(idle) + len(coming)
+        self._ran_on = 0
+        self._ran_on_limit = prefetch.results_to_reconsider(wanted, extra, most, dry_soon)
+        if not prefetch.worth_claiming(wanted, extra, most, dry_soon):
             return failures
         limit = len(idle) + len(coming) + extra
         for child in idle:

@@ -44,7 +44,8 @@ class Dispatcher(Service):
     def __init__(self, supervisor: Supervisor, settings: Settings, metrics: Metrics, *,
                  submit: Callable[[Completion], None], give_back: Callable[[list[dict]], None],
                  changed: Callable[[], None], fatal: Callable[[int, str], None],
-                 reload_failed: Callable[[str], None] = lambda why: None) -> None:
+                 reload_failed: Callable[[str], None] = lambda why: None,
+                 ran_on: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.supervisor = supervisor
         self.settings = settings
@@ -52,6 +53,9 @@ class Dispatcher(Service):
         self.submit = submit  # an outcome to record
         self.give_back = give_back  # rows claimed but never started, back to the queue
         self.changed = changed  # a child changed state: wake the claimer, re-render the title
+        # A busy child finished a job and runs on to one it held (it stays busy): less than
+        # a change, most of the time nothing to claim for.
+        self.ran_on = ran_on or changed
         self.fatal = fatal  # (exit code, event name): the master must stop
         self.reload_failed = reload_failed  # (why): a new generation did not load
         self.target = settings.concurrency
@@ -291,6 +295,9 @@ class Dispatcher(Service):
             self.replenish()  # its replacement starts while it exits (unless it stands by)
         elif child.queued:
             self.start_job(child, child.queued.popleft())  # already in its pipe: it runs it now
+            if child.queued:  # and holds more behind it (its last one is a change: dry soon)
+                self.ran_on()
+                return
         elif child.state is S.RETIRING or child.generation != self.serving or self.closing:
             self.supervisor.stop(child)
         else:

@@ -140,7 +140,8 @@ class Master:
         self.ticker = Ticker(s.lease_ttl, self._render_title)
         self.dispatcher = Dispatcher(self.supervisor, s, m, submit=self.completer.submit,
                                      give_back=lambda rows: self.claimer.give_back(rows), changed=self._changed,
-                                     fatal=self._fatal, reload_failed=self.systemd.reload_failed)
+                                     fatal=self._fatal, reload_failed=self.systemd.reload_failed,
+                                     ran_on=self._ran_on)
         self.claimer = Claimer(self.dsn, self.q, self.owner, s, self.dispatcher, m,
                                on_db_ok=self.note_db_ok, unwritten=self.completer.unwritten)
         self.notifier = Notifier(self.dsn, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
@@ -207,6 +208,10 @@ class Master:
         self.ticker.mark_changed()
         self.systemd.child_ready()  # READY=1 once every child of the generation is up
         self.claimer.wake()
+
+    def _ran_on(self) -> None:
+        self.ticker.mark_changed()
+        self.claimer.ran_on()
 
     def _fatal(self, code: int, why: str) -> None:
         self.exit_code = code

@@ -73,6 +73,20 @@ def test_worth_claiming(idle, extra, most, dry):
         assert worth == (dry or extra >= most * 3 // 4)
 
 
+@given(idle=small, extra=small, most=small, dry=st.booleans())
+def test_a_claim_is_reconsidered_at_the_first_result_that_can_make_it_worth_it(idle, extra,
+                                                                              most, dry):
+    """Busy children that run on to a job they held free a slot each (extra + 1) and stay
+    busy (idle and dry_soon unchanged): the count is the first result after which the
+    decision can flip, no earlier (wasted looks) and no later (a claim delayed)."""
+    n = prefetch.results_to_reconsider(idle, extra, most, dry)
+    worth = prefetch.worth_claiming(idle, extra, most, dry)
+    assert (n == 0) == worth
+    if not worth:
+        assert not any(prefetch.worth_claiming(idle, extra + k, most, dry) for k in range(1, n))
+        assert prefetch.worth_claiming(idle, extra + n, most, dry)
+
+
 @given(backlogged=st.booleans(), ahead=st.booleans())
 def test_completions_linger_only_with_a_backlog_and_longest_when_every_child_holds_more(
         backlogged, ahead):
