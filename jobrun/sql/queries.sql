@@ -333,12 +333,12 @@ SELECT NULL, NULL, NULL, queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
   FROM held
 
 -- name: complete_jobs
--- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted. Arrays go in binary (cheaper to send than quoted text).
+-- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted. The master sends the arrays in binary, typed (jobrun/store/arrays.py).
 WITH r AS (
-    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(statuses)b::text[],
-                         %(outcomes)b::text[], %(delays)b::float8[], %(errors)b::text[],
-                         %(tracebacks)b::text[], %(results)b::text[], %(children)b::integer[],
-                         %(crashed)b::integer[], %(logs)b::text[], %(refunds)b::integer[])
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[],
+                         %(outcomes)s::text[], %(delays)s::float8[], %(errors)s::text[],
+                         %(tracebacks)s::text[], %(results)s::text[], %(children)s::integer[],
+                         %(crashed)s::integer[], %(logs)s::text[], %(refunds)s::integer[])
            AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed, log,
                 refund)
 ), upd AS (

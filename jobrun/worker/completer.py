@@ -26,6 +26,7 @@ from typing import Callable
 import psycopg
 
 from jobrun.store import db
+from jobrun.store.arrays import Float8s, Int4s, Int8s, Texts
 from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
 from jobrun.logs import event
 from jobrun.sql import Queries
@@ -139,22 +140,28 @@ class Completer(Service):
 
     async def _write(self, batch: list[Completion]) -> None:
         params = {
-            "ids": [c.id for c in batch], "tokens": [c.token for c in batch],
-            "statuses": [c.status for c in batch], "outcomes": [c.outcome for c in batch],
-            "delays": [float(c.delay or 0.0) for c in batch], "errors": [_clean(c.error, 4000) for c in batch],
-            "tracebacks": [_clean(c.traceback, 16000) for c in batch],
-            "results": [c.result for c in batch], "children": [c.child for c in batch],
-            "crashed": [c.crashed for c in batch], "logs": [c.log for c in batch],
-            "refunds": [c.refund for c in batch],
+            "ids": Int8s([c.id for c in batch]), "tokens": Int8s([c.token for c in batch]),
+            "statuses": Texts([c.status for c in batch]), "outcomes": Texts([c.outcome for c in batch]),
+            "delays": Float8s([float(c.delay or 0.0) for c in batch]),
+            "errors": Texts([_clean(c.error, 4000) for c in batch]),
+            "tracebacks": Texts([_clean(c.traceback, 16000) for c in batch]),
+            "results": Texts([c.result for c in batch]), "children": Int4s([c.child for c in batch]),
+            "crashed": Int4s([c.crashed for c in batch]), "logs": Texts([c.log for c in batch]),
+            "refunds": Int4s([c.refund for c in batch]),
             "owner": self.owner, "host": self.host,
             "pid": self.pid,
         }
+        # Numbered parameters on a raw cursor, typed arrays: nothing of the statement or its
+        # parameters is worked out again at each batch.
+        text, names = self.q.positional("complete_jobs")
+        values = [params[name] for name in names]
         failures = 0
         while True:
             try:
                 self._conn = await reconnect_if_broken(self._conn, self.dsn, prepare_threshold=0,
                                                        options=self._options)
-                cur = await self._conn.execute(self.q.complete_jobs, params)
+                cur = psycopg.AsyncRawCursor(self._conn)
+                await cur.execute(text, values, prepare=True)
                 accepted = {row["job_id"] for row in await cur.fetchall()}
                 break
             except Exception as exc:  # noqa: BLE001 - kept and retried, whatever it was
