@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -89,6 +90,7 @@ class Completer(Service):
         self._idle = asyncio.Event()
         self._idle.set()
         self._conn: psycopg.AsyncConnection | None = None
+        self._last_end = 0.0  # monotonic: when the last statement ended
         self.batches = 0
         self.refused = 0
 
@@ -120,23 +122,29 @@ class Completer(Service):
                 await self._work.wait()
                 self._work.clear()
                 while self.pending:
+                    await self._linger()
                     batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
                     self.writing = batch
                     await self._write(batch)
                     self.writing = []
-                    wait = self.linger() if self.pending else 0.0
-                    if wait > 0 and not self._hurry.is_set():
-                        # A backlog: let the next batch fill.
-                        try:
-                            await asyncio.wait_for(self._hurry.wait(), wait)
-                        except asyncio.TimeoutError:
-                            pass
+                    self._last_end = time.monotonic()
                     if len(self.pending) < MAX_BATCH and not self._draining:
                         self._hurry.clear()
                 self._idle.set()
         finally:
             if self._conn is not None:
                 await self._conn.close()
+
+    async def _linger(self) -> None:
+        """With a backlog, let the batch fill: the next statement starts ``linger()`` after the
+        last one ended, whether its results came while that one ran or after it (a child
+        sends those of jobs it ran back to back together)."""
+        wait = self._last_end + self.linger() - time.monotonic()
+        if wait > 0 and not self._hurry.is_set():
+            try:
+                await asyncio.wait_for(self._hurry.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
 
     async def _write(self, batch: list[Completion]) -> None:
         params = {

@@ -92,6 +92,44 @@ def test_with_a_backlog_the_next_flush_waits_the_linger_so_the_batch_fills(pg_ds
     assert flushed[1] - flushed[0] >= 1.0
 
 
+def test_with_a_backlog_results_that_come_after_a_flush_wait_the_linger_too(
+        pg_dsn, schema, client):
+    """A child sends the results of jobs it ran back to back together, so with a backlog they
+    often come just after a flush rather than during one: the next flush still starts a linger
+    after the last one ended, and writes them with whatever came meanwhile."""
+    linger = 1.0
+    ids = [client.enqueue("noop").job.id for _ in range(3)]
+    q = for_schema(schema)
+    owner = "test:1:completer"
+    with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
+        rows = conn.execute(q.claim_jobs, claim_params(["default"], 3, owner, 60)).fetchall()
+        token = {r["id"]: r["lease_token"] for r in rows}
+
+        async def scenario() -> list[tuple[float, int]]:
+            flushed: list[tuple[float, int]] = []
+            loop = asyncio.get_running_loop()
+            completer = Completer(pg_dsn, q, owner, "host", 1, linger=lambda: linger,
+                                  on_recorded=lambda done: flushed.append((loop.time(), len(done))))
+            completer.start()
+
+            def done(job_id: int) -> Completion:
+                return Completion(id=job_id, token=token[job_id], status="succeeded",
+                                  outcome="succeeded", result="null")
+
+            completer.submit(done(ids[0]))
+            await wait_for_async(lambda: flushed, 20, message="the first flush")
+            for job_id in ids[1:]:  # after it, together: a child's results of two jobs
+                completer.submit(done(job_id))
+            await wait_for_async(lambda: len(flushed) == 2, 20 + linger, message="the second")
+            await completer.stop()
+            return flushed
+
+        flushed = asyncio.run(scenario())
+    assert [client.get(i).status for i in ids] == ["succeeded"] * 3
+    assert [n for _, n in flushed] == [1, 2]
+    assert flushed[1][0] - flushed[0][0] >= linger
+
+
 def test_a_drain_cuts_a_linger_short(pg_dsn, schema, client):
     """Stopping does not wait out a backlog's linger: the results are written at once."""
     _, took = _two_flushes(pg_dsn, schema, client, linger=600.0, drain_at_once=True)
