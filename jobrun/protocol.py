@@ -10,9 +10,10 @@ master -> child: {"t": "job", "id", "token", "owner", "task", "queue", "attempt"
                  {"t": "stop"}                      finish, then exit 0
 child -> master: {"t": "ready", "pid", "rss", "tasks": {name: config}}
                  {"t": "result", "id", "token", "outcome", "result", "error", "traceback",
-                  "delay", "permanent", "rss", "recycle", "recorded"}
+                  "delay", "permanent", "rss", "recycle", "recorded", "took"}
                  ("recorded": a transactional handler's child wrote the outcome itself;
-                  results of jobs run back to back may come in one write)
+                  "took": the run's seconds, as the child measured them; results of jobs
+                  run back to back may come in one write)
                  {"t": "alive"}                    while a job runs, every --alive-interval
 """
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter
 from typing import Any, Callable
@@ -282,7 +283,7 @@ class Dispatcher(Service):
                                         "log": frame.get("log")}, child.index)
         elif frame.get("recorded"):
             # The child committed the outcome together with the handler's effects.
-            self._observe(job, frame["outcome"], ran=True)
+            self._observe(job, frame["outcome"], ran=True, took=frame.get("took"))
         else:
             self.settle(job, frame["outcome"], frame, child.index)
         if frame.get("recycle"):
@@ -383,7 +384,7 @@ class Dispatcher(Service):
                       retry_delay=info.get("delay"),
                       policy=self._policies.get(job.task, DEFAULT_RETRY),
                       permanent=bool(info.get("permanent")))
-        self._observe(job, outcome, ran=job.dispatched > 0)
+        self._observe(job, outcome, ran=job.dispatched > 0, took=info.get("took"))
         if fate.status == "dead":  # for the dead-jobs alert (etc/prometheus/jobrun-rules.yml)
             self.metrics.dead.labels(job.queue, job.task).inc()
         self.submit(Completion(
@@ -396,7 +397,11 @@ class Dispatcher(Service):
         """Jobs whose outcome this master recorded (released and given-back ones aside)."""
         return sum(n for k, n in self.outcomes.items() if k not in (RELEASED, "given_back"))
 
-    def _observe(self, job: Inflight, outcome: str, ran: bool) -> None:
+    def _observe(self, job: Inflight, outcome: str, ran: bool, took: Any = None) -> None:
+        """Count the outcome; for an attempt that ran, its run time: as the child measured it
+        (``took``), else (it died, or was killed) from its hand-over until now. A child may
+        send the results of jobs it ran back to back together, so the time between results
+        says little about each."""
         self.outcomes[outcome] += 1
         # Labelled children are cached: labels() costs more than the increment itself.
         key = (job.queue, job.task, outcome)
@@ -408,7 +413,8 @@ class Dispatcher(Service):
             histogram = self._durations.get(key[:2])
             if histogram is None:
                 histogram = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
-            took = time.monotonic() - job.dispatched
+            if not isinstance(took, (int, float)) or not 0 <= took < math.inf:
+                took = time.monotonic() - job.dispatched
             histogram.observe(took)
             self.runtime[job.task] = run_time_average(self.runtime.get(job.task), took)
 

@@ -1,6 +1,7 @@
 """Tasks for the observability tests: logging, printing, failing."""
 
 import logging
+import time
 
 import jobrun
 
@@ -27,3 +28,8 @@ def noop(job: jobrun.Job):
 def boom(job: jobrun.Job):
     log.error("about to fail")
     raise ValueError("boom")
+
+
+@app.task("short")
+def short(job: jobrun.Job):
+    time.sleep(0.007)  # long enough for the first duration bucket (5 ms), short enough to prefetch
