@@ -145,9 +145,9 @@ class Claimer(Service):
         wanted = len(idle) + len(coming)
         self._ran_on = 0
         self._ran_on_limit = prefetch.results_to_reconsider(wanted, extra, most, dry_soon)
-        if not prefetch.worth_claiming(wanted, extra, most, dry_soon):
+        if self._ran_on_limit:  # 0 exactly when a claim is worth it now
             return failures
-        limit = len(idle) + len(coming) + extra
+        limit = wanted + extra
         for child in idle:
             child.state = S.RESERVED
         announced = self._announced
