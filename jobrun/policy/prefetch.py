@@ -44,11 +44,13 @@ def headroom(held: int, limit: int, held_work: float | None, budget: float) -> f
     return budget - held_work
 
 
-def room(*, prefetch: int, budget: float, runtime: Mapping[str, float], idle: int, target: int,
-         busy: Iterable[tuple[int, float | None, bool]]) -> tuple[int, int, bool]:
+def room(*, prefetch: int, budget: float, runtime: Mapping[str, float], idle: Iterable[int],
+         target: int, busy: Iterable[tuple[int, float | None, bool]]) -> tuple[int, int, bool]:
     """Jobs to claim beyond one per idle child; that figure when every child is empty; and
     whether a child that may be topped up runs its last job.
 
+    ``prefetch`` is the most a new child may hold (its ``cap``); ``idle`` has each idle
+    child's cap, which --max-tasks-per-child lowers as the child nears its last job;
     ``busy`` has one (free slots = cap - held, headroom, holds jobs behind the running one)
     per busy child. Estimates: rows no child can take are given back, so they err low.
     """
@@ -58,7 +60,7 @@ def room(*, prefetch: int, budget: float, runtime: Mapping[str, float], idle: in
     if typical >= budget:
         return 0, 0, False
     ahead = min(prefetch, int(budget / typical)) - 1  # behind the one it runs
-    total = idle * ahead
+    total = sum(min(ahead, cap - 1) for cap in idle if cap > 1)
     dry_soon = False
     for free, room_left, queued in busy:
         if room_left is not None:

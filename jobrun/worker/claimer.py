@@ -141,7 +141,7 @@ class Claimer(Service):
         d = self.dispatcher
         idle = d.idle()
         coming = d.coming()  # starting: a job is parked for each, handed over once it is ready
-        extra, most, dry_soon = self._room(len(idle))
+        extra, most, dry_soon = self._room(idle)
         wanted = len(idle) + len(coming)
         self._ran_on = 0
         self._ran_on_limit = prefetch.results_to_reconsider(wanted, extra, most, dry_soon)
@@ -183,6 +183,7 @@ class Claimer(Service):
         self.claimed += len(rows)
         orphans = self._hand_out(idle + coming, rows)
         if orphans:
+            self._dry = False  # what goes back is queued: the next wake may claim it
             await self.unclaim(orphans)
         if rows:
             self.metrics.claim_batch.observe(len(rows))
@@ -280,15 +281,17 @@ class Claimer(Service):
         ahead = bool(busy) and not d.idle() and all(c.queued for c in busy)
         return prefetch.complete_linger(True, ahead)
 
-    def _room(self, idle: int) -> tuple[int, int, bool]:
+    def _room(self, idle: list[Child]) -> tuple[int, int, bool]:
         s = self.settings
         runtime = self.dispatcher.runtime
-        if s.prefetch <= 1 or not runtime:
+        most = prefetch.cap(s.prefetch, s.max_tasks_per_child, 0)  # a new child's
+        if most <= 1 or not runtime:
             return 0, 0, False
         busy = [(self._cap(c) - c.held(), self._headroom(c), bool(c.queued))
                 for c in self.dispatcher.busy()]
-        return prefetch.room(prefetch=s.prefetch, budget=s.prefetch_max_runtime, runtime=runtime,
-                             idle=idle, target=self.dispatcher.target, busy=busy)
+        return prefetch.room(prefetch=most, budget=s.prefetch_max_runtime, runtime=runtime,
+                             idle=[self._cap(c) for c in idle], target=self.dispatcher.target,
+                             busy=busy)
 
     # --- hand-out -------------------------------------------------------------------------
 

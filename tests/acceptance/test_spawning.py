@@ -6,6 +6,7 @@ under it too; these tests pin what is particular to it, and that ``--spawn exec`
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +56,22 @@ def test_max_tasks_per_child_1_forks_a_fresh_child_per_job(master, client, db):
     # Each forked child draws its own numbers: the fork server's random state is not shared.
     assert len({r["random"] for r in results}) == 20
     wait_for(lambda: len(m.children()) == 2, timeout=15, message="two live children")
+
+
+def test_children_that_run_one_job_each_are_claimed_one_job_each(master, client, db):
+    """With --max-tasks-per-child 1 a child can hold no job behind its one: a claim sized for
+    more took rows only to give them back, and the claimer then took the queue for dry and
+    waited out its poll floor (about 10 jobs/s instead of hundreds)."""
+    m = master("-c", "2", "--max-tasks-per-child", "1", app=APP, ready=2)
+    one_forkserver(m)
+    ids = enqueue(client, [("spawn.info", None)] * 40)
+    db.wait_status(ids, timeout=60)
+    assert set(db.statuses(ids).values()) == {"succeeded"}
+    m.signal(signal.SIGTERM)
+    assert m.wait() == 0
+    # Every row a claim took was a job a child ran: none claimed twice, none given back.
+    claimed = [int(n) for n in re.findall(r"master\.stopped .*?claimed=(\d+)", m.stderr())]
+    assert claimed == [40], m.stderr()[-2000:]
 
 
 def test_a_recycled_childs_successor_stands_by_and_one_job_runs_at_a_time(master, client, db):

@@ -48,18 +48,30 @@ def test_headroom_is_what_is_left_of_the_budget_below_the_cap(held, limit, work,
         assert 0 < left <= budget and left == budget - work
 
 
-@given(p=st.integers(1, 64), budget=secs, runtime=runtimes, idle=small, target=st.integers(1, 64),
-       busy=busy_st)
+@given(p=st.integers(1, 64), budget=secs, runtime=runtimes,
+       idle=st.lists(st.integers(1, 64), max_size=16), target=st.integers(1, 64), busy=busy_st)
 def test_room_is_bounded_by_what_children_can_hold(p, budget, runtime, idle, target, busy):
+    """``idle`` holds each idle child's cap (--max-tasks-per-child can make it less than the
+    prefetch depth): no idle child is counted for more than it may hold behind its first job."""
     extra, most, dry_soon = prefetch.room(prefetch=p, budget=budget, runtime=runtime, idle=idle,
                                           target=target, busy=busy)
     assert extra >= 0 and most >= 0
     if p <= 1 or not runtime or max(runtime.values()) >= budget:
         assert (extra, most, dry_soon) == (0, 0, False)
         return
-    assert extra <= idle * (p - 1) + sum(max(1, free) for free, left, _ in busy if left is not None)
+    assert extra <= (sum(min(p, cap) - 1 for cap in idle)
+                     + sum(max(1, free) for free, left, _ in busy if left is not None))
     assert most <= target * (p - 1)
     assert dry_soon == any(left is not None and not queued for _, left, queued in busy)
+
+
+@given(budget=secs, runtime=runtimes, idle=st.integers(0, 16), target=st.integers(1, 64))
+def test_children_that_run_one_job_each_are_claimed_one_job_each(budget, runtime, idle, target):
+    """--max-tasks-per-child 1: an idle child may hold its one job only, so nothing is claimed
+    beyond one job per idle child (rows claimed beyond it were given back, every time)."""
+    extra, _, _ = prefetch.room(prefetch=128, budget=budget, runtime=runtime,
+                                idle=[prefetch.cap(128, 1, 0)] * idle, target=target, busy=[])
+    assert extra == 0
 
 
 @given(idle=small, extra=small, most=small, dry=st.booleans())
