@@ -57,6 +57,7 @@ class Claimer(Service):
         self.on_db_ok = on_db_ok
         self.unwritten = unwritten  # outcomes not yet written (their jobs are still leased)
         self.conn: psycopg.AsyncConnection | None = None
+        self._options = db.session_options(dsn, db.CLAIM_SETTINGS)
         self.wake_event = asyncio.Event()
         self.claimed = 0
         self._dry = False
@@ -77,7 +78,7 @@ class Claimer(Service):
 
     async def connect(self) -> None:
         """Open the claim connection, and warn if this host's clock is off the database's."""
-        self.conn = await db.connect_async(self.dsn, prepare_threshold=0)
+        self.conn = await db.connect_async(self.dsn, prepare_threshold=0, options=self._options)
         cur = await self.conn.execute(self.q.db_now)
         skew = time.time() - (await cur.fetchone())["clock"].timestamp()
         if abs(skew) > 2.0:
@@ -152,7 +153,8 @@ class Claimer(Service):
             child.state = S.RESERVED
         announced = self._announced
         try:
-            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
+            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0,
+                                                  options=self._options)
             params = claim_params(
                 s.queues, limit, self.owner, s.lease_ttl, order=s.queue_order, turn=self._turn,
                 rooms=dispatch.rooms(s.queues, dict(s.queue_limits), self._held_by_queue())
@@ -397,7 +399,8 @@ class Claimer(Service):
     async def unclaim(self, rows: list[dict[str, Any]]) -> None:
         """Give back claimed jobs no child started (one statement)."""
         try:
-            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
+            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0,
+                                                  options=self._options)
             await self.conn.execute(self.q.unclaim, {
                 "ids": [row["id"] for row in rows], "tokens": [row["lease_token"] for row in rows],
                 "owner": self.owner})
