@@ -28,7 +28,7 @@ from jobrun.config import Settings
 from jobrun.logs import event
 from jobrun.policy import dispatch, prefetch
 from jobrun.sql import Queries
-from jobrun.store import db
+from jobrun.store import db, direct
 from jobrun.worker.dispatcher import Dispatcher
 from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
 from jobrun.worker.metrics import Metrics
@@ -58,6 +58,10 @@ class Claimer(Service):
         self.unwritten = unwritten  # outcomes not yet written (their jobs are still leased)
         self.conn: psycopg.AsyncConnection | None = None
         self._options = db.session_options(dsn, db.CLAIM_SETTINGS)
+        # Numbered parameters, prepared, run on libpq directly (jobrun/store/direct.py): the
+        # 8 KB claim is not parsed at each call, nor run through psycopg's cursor.
+        text, self._names = queries.positional("claim_jobs")
+        self._statement = direct.Statement("claim", text)
         self.wake_event = asyncio.Event()
         self.claimed = 0
         self._dry = False
@@ -159,11 +163,7 @@ class Claimer(Service):
                 s.queues, limit, self.owner, s.lease_ttl, order=s.queue_order, turn=self._turn,
                 rooms=dispatch.rooms(s.queues, dict(s.queue_limits), self._held_by_queue())
                 if s.queue_limits else None)
-            # Numbered parameters on a raw cursor: the 8 KB claim is not parsed at each call.
-            text, names = self.q.positional("claim_jobs")
-            cur = psycopg.AsyncRawCursor(self.conn)
-            await cur.execute(text, [params[n] for n in names], prepare=True)
-            rows = await cur.fetchall()
+            rows = await self._statement.rows(self.conn, [params[n] for n in self._names])
             self._last_claim = time.monotonic()
             self.on_db_ok()
             self._turn = dispatch.next_turn(self._turn, len(s.queues))

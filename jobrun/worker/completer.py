@@ -26,7 +26,7 @@ from typing import Callable
 
 import psycopg
 
-from jobrun.store import db
+from jobrun.store import db, direct
 from jobrun.store.arrays import Float8s, Int4s, Int8s, Texts
 from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
 from jobrun.logs import event
@@ -75,6 +75,11 @@ class Completer(Service):
         self.dsn = dsn
         self._options = db.session_options(dsn, db.BY_ID_SETTINGS)
         self.q = queries
+        # Numbered parameters, typed arrays, prepared, run on libpq directly
+        # (jobrun/store/direct.py): nothing of the statement or its parameters is worked out
+        # again at each batch, nor run through psycopg's cursor.
+        text, self._names = queries.positional("complete_jobs")
+        self._statement = direct.Statement("complete", text)
         self.owner = owner
         self.host = host
         self.pid = pid
@@ -159,18 +164,13 @@ class Completer(Service):
             "owner": self.owner, "host": self.host,
             "pid": self.pid,
         }
-        # Numbered parameters on a raw cursor, typed arrays: nothing of the statement or its
-        # parameters is worked out again at each batch.
-        text, names = self.q.positional("complete_jobs")
-        values = [params[name] for name in names]
+        values = [params[name] for name in self._names]
         failures = 0
         while True:
             try:
                 self._conn = await reconnect_if_broken(self._conn, self.dsn, prepare_threshold=0,
                                                        options=self._options)
-                cur = psycopg.AsyncRawCursor(self._conn)
-                await cur.execute(text, values, prepare=True)
-                accepted = {row["job_id"] for row in await cur.fetchall()}
+                accepted = {row["job_id"] for row in await self._statement.rows(self._conn, values)}
                 break
             except Exception as exc:  # noqa: BLE001 - kept and retried, whatever it was
                 if self.on_db_error:

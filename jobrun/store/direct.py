@@ -1,0 +1,126 @@
+"""Prepared statements run on an async connection's libpq handle, without psycopg's cursor.
+
+The master runs two statements per job or two (the claim, the completion) at up to thousands
+a second, each on a connection of its own. Through ``AsyncRawCursor`` a statement costs the
+master ~105 µs of CPU besides PostgreSQL's own work: the cursor, its generators, and at every
+wait a reader added to the event loop, a timer, a future, the reader removed. Run here the
+same claim costs ~45 µs: its parameters are dumped by psycopg's own ``Transformer`` (the same
+adapters, the same binary arrays), the statement goes out with ``send_query_prepared``, the
+event loop wakes once when the answer is readable, and the rows are loaded by the same
+``Transformer``. (docs/BENCHMARKS.md has the figures.)
+
+Only for connections in autocommit mode, one statement at a time: each run holds the
+connection's own lock, so psycopg's ``execute`` on the same connection (the claimer gives
+rows back on its claim connection) waits for it, and it for them. A connection broken
+underneath raises ``psycopg.OperationalError`` and reads as broken (``db.usable``), as with
+psycopg's own calls; an error of the statement raises its psycopg error class and leaves the
+connection usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any, Sequence
+
+import psycopg
+from psycopg import errors, pq
+from psycopg.adapt import PyFormat, Transformer
+
+_OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK)
+
+
+class _OnConnection:
+    """What one statement keeps per connection: its adapters, what it prepared there (by
+    parameter types: psycopg dumps a None or an empty list with no type, so another call may
+    need another plan), and the column names of its answer."""
+
+    def __init__(self, conn: psycopg.AsyncConnection) -> None:
+        self.tx = Transformer(conn)
+        self.prepared: dict[tuple[int, ...], bytes] = {}
+        self.names: list[str] | None = None
+
+
+class Statement:
+    """One statement with numbered parameters ($1, $2, ...), prepared on each connection it
+    runs on the first time it runs there, and run by :meth:`rows`."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name = name
+        self.text = text.encode()
+        self._on: weakref.WeakKeyDictionary[psycopg.AsyncConnection, _OnConnection] = (
+            weakref.WeakKeyDictionary())
+
+    async def rows(self, conn: psycopg.AsyncConnection, values: Sequence[Any]) -> list[dict[str, Any]]:
+        """Run the statement on ``conn`` with ``values``; its rows as dicts."""
+        on = self._on.get(conn)
+        if on is None:
+            on = self._on[conn] = _OnConnection(conn)
+        tx = on.tx
+        async with conn.lock:
+            pgconn = conn.pgconn
+            if pgconn.status != pq.ConnStatus.OK:
+                raise psycopg.OperationalError("the connection is closed")
+            dumped = tx.dump_sequence(values, [PyFormat.AUTO] * len(values))
+            types = tuple(tx.types)
+            try:
+                prepared = on.prepared.get(types)
+                if prepared is None:
+                    prepared = f"jobrun_{self.name}_{len(on.prepared)}".encode()
+                    pgconn.send_prepare(prepared, self.text, param_types=types)
+                    await _answer(conn)
+                    on.prepared[types] = prepared
+                pgconn.send_query_prepared(prepared, dumped, param_formats=tx.formats)
+                result = await _answer(conn)
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                # Cancelled with a statement in flight: its answer would be read as the next
+                # one's. The connection is dropped (it reads as broken), not reused.
+                pgconn.finish()
+                raise
+        tx.set_pgresult(result)
+        names = on.names
+        if names is None:
+            names = on.names = [result.fname(i).decode() for i in range(result.nfields)]
+        return tx.load_rows(0, result.ntuples, lambda values: dict(zip(names, values)))
+
+
+async def _answer(conn: psycopg.AsyncConnection) -> pq.abc.PGresult:
+    """Wait (on the event loop) until the statement just sent is answered; its result."""
+    pgconn = conn.pgconn
+    while pgconn.flush():  # the statement is larger than the socket's buffer: rare
+        await _ready(pgconn.socket, write=True)
+    while True:
+        pgconn.consume_input()  # a broken connection raises OperationalError here
+        if not pgconn.is_busy():
+            break
+        await _ready(pgconn.socket)
+    first = None
+    while (result := pgconn.get_result()) is not None:
+        if first is None or first.status in _OK:
+            first = result  # the first error, if any, is the one to report
+    if first is None:  # pragma: no cover - libpq always answers a statement
+        raise psycopg.OperationalError("no answer to the statement")
+    if first.status not in _OK:
+        raise errors.error_from_result(first, encoding=conn.info.encoding)
+    return first
+
+
+async def _ready(fileno: int, *, write: bool = False) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    if write:
+        loop.add_writer(fileno, wake)
+    else:
+        loop.add_reader(fileno, wake)
+    try:
+        await ready
+    finally:
+        if write:
+            loop.remove_writer(fileno)
+        else:
+            loop.remove_reader(fileno)
