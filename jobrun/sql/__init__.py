@@ -108,9 +108,9 @@ class Queries:
 
     def positional(self, name: str) -> tuple[str, tuple[str, ...]]:
         """A query with its ``%(name)s`` parameters numbered as PostgreSQL's ``$1, $2, ...``,
-        and the names in that order: for statements sent as they are (jobrun.store.direct). psycopg
-        parses a named query at every execution once it is longer than 4 KB (the claim is
-        8 KB): about 0.1 ms of the master's CPU a claim."""
+        and the names in that order: for statements sent as they are (jobrun.store.direct).
+        psycopg parses a named query at every execution once it is longer than 4 KB (the
+        claim is 8 KB): about 0.1 ms of the master's CPU a claim."""
         found = self._positional.get(name)
         if found is None:
             names: list[str] = []
