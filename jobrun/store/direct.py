@@ -38,6 +38,7 @@ class _OnConnection:
     def __init__(self, conn: psycopg.AsyncConnection) -> None:
         self.tx = Transformer(conn)
         self.prepared: dict[tuple[int, ...], bytes] = {}
+        self.made = 0  # statements prepared so far: each gets a name of its own
         self.names: list[str] | None = None
 
 
@@ -64,14 +65,24 @@ class Statement:
             dumped = tx.dump_sequence(values, [PyFormat.AUTO] * len(values))
             types = tuple(tx.types)
             try:
-                prepared = on.prepared.get(types)
-                if prepared is None:
-                    prepared = f"jobrun_{self.name}_{len(on.prepared)}".encode()
-                    pgconn.send_prepare(prepared, self.text, param_types=types)
-                    await _answer(conn)
-                    on.prepared[types] = prepared
-                pgconn.send_query_prepared(prepared, dumped, param_formats=tx.formats)
-                result = await _answer(conn)
+                for again in (True, False):
+                    prepared = on.prepared.get(types)
+                    if prepared is None:
+                        on.made += 1
+                        prepared = f"jobrun_{self.name}_{on.made}".encode()
+                        pgconn.send_prepare(prepared, self.text, param_types=types)
+                        await _answer(conn)
+                        on.prepared[types] = prepared
+                    pgconn.send_query_prepared(prepared, dumped, param_formats=tx.formats)
+                    try:
+                        result = await _answer(conn)
+                        break
+                    except errors.InvalidSqlStatementName:
+                        # Deallocated behind its back (DEALLOCATE ALL, DISCARD ALL on the
+                        # connection): prepared again, once.
+                        on.prepared.clear()
+                        if not again:
+                            raise
             except (asyncio.CancelledError, KeyboardInterrupt):
                 # Cancelled with a statement in flight: its answer would be read as the next
                 # one's. The connection is dropped (it reads as broken), not reused.

@@ -155,3 +155,16 @@ def test_a_statement_cancelled_in_flight_drops_its_connection(pg_dsn):
         return usable
 
     assert run(scenario()) is False
+
+
+def test_a_statement_deallocated_behind_its_back_is_prepared_again(pg_dsn):
+    async def scenario():
+        conn = await connect(pg_dsn)
+        statement = Statement("again", "SELECT $1::integer + 1 AS n")
+        first = await statement.rows(conn, [1])
+        await conn.execute("DEALLOCATE ALL", prepare=False)
+        second = await statement.rows(conn, [2])
+        await conn.close()
+        return first, second
+
+    assert run(scenario()) == ([{"n": 2}], [{"n": 3}])
