@@ -172,8 +172,8 @@ class Client(_Api):
             return self._drive(op, conn)
         with self._lock:
             conn = self._connection()
-            if not self.settings.pooled:
-                return self._drive(op, conn)
+            if not self.settings.pooled:  # its own connection, in autocommit mode
+                return drive(op, conn, dsn=self._dsn, schema=self.settings.schema, direct=True)
             with conn.transaction():  # the operation's statements share one server connection
                 return self._drive(op, conn)
 

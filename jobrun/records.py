@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
 
-def _from_row(cls, row: dict[str, Any]):
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in row.items() if k in names})
+@functools.cache
+def _field_names(cls) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
 
+
+def _from_row(cls, row: dict[str, Any]):
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in row.items() if k in names})
 
 
 def _fields(record: Any) -> dict[str, Any]:

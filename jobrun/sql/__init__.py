@@ -113,20 +113,27 @@ class Queries:
         claim is 8 KB): about 0.1 ms of the master's CPU a claim."""
         found = self._positional.get(name)
         if found is None:
-            names: list[str] = []
-
-            def number(match: re.Match[str]) -> str:
-                if match.group(1) not in names:
-                    names.append(match.group(1))
-                return f"${names.index(match.group(1)) + 1}"
-
-            text = getattr(self, name)
-            # Any other % (a binary %(x)b, an escaped %%) psycopg would have rewritten; a raw
-            # cursor sends it as it is.
-            if "%" in _PARAM_RE.sub("", text) or "$" in text:
+            found = numbered(getattr(self, name))
+            if found is None:
                 raise RuntimeError(f"query {name} cannot be numbered: it has other % or $ text")
-            found = self._positional[name] = (_PARAM_RE.sub(number, text), tuple(names))
+            self._positional[name] = found
         return found
+
+
+def numbered(text: str) -> tuple[str, tuple[str, ...]] | None:
+    """``text`` with its ``%(name)s`` parameters numbered ``$1, $2, ...``, and the names in
+    that order; None if it holds any other % (a binary %(x)b, an escaped %%: psycopg would
+    rewrite them, a statement sent as it is would not) or a $ already."""
+    if "%" in _PARAM_RE.sub("", text) or "$" in text:
+        return None
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return _PARAM_RE.sub(number, text), tuple(names)
 
 
 @lru_cache(maxsize=32)

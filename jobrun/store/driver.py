@@ -8,23 +8,35 @@ jobrun's errors (store.db.translate).
 
 from __future__ import annotations
 
+import functools
+import itertools
+import re
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
-from jobrun.store import db
+from jobrun.sql import numbered
+from jobrun.store import db, direct
 
 
 def drive(op: Any, conn: psycopg.Connection, *, dsn: str | None = None,
-          schema: str | None = None) -> Any:
-    """Run ``op`` to its end on a sync connection."""
+          schema: str | None = None, direct: bool = False) -> Any:
+    """Run ``op`` to its end on a sync connection. ``direct``: ``conn`` is in autocommit mode
+    and the caller's alone, so its statements may go out prepared on libpq directly
+    (jobrun.store.direct), without psycopg's cursor."""
     try:
         step = next(op)
         while True:
-            with conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(step.query, step.params)
-                result = cur.fetchall() if step.returns_rows else cur.rowcount
+            found = _direct(step.query) if direct else None
+            if found is not None and all(name in step.params for name in found[1]):
+                statement, names = found
+                rows, count = statement.run(conn, [step.params[name] for name in names])
+                result = rows if step.returns_rows else count
+            else:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(step.query, step.params)
+                    result = cur.fetchall() if step.returns_rows else cur.rowcount
             step = op.send(result)
     except StopIteration as stop:
         return stop.value
@@ -46,3 +58,21 @@ async def drive_async(op: Any, conn: psycopg.AsyncConnection, *, dsn: str | None
         return stop.value
     except psycopg.Error as exc:
         raise db.translate(exc, dsn, schema) from None
+
+
+_DML = re.compile(r"\s*(?:--[^\n]*\n\s*)*(?:SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+_ids = itertools.count(1)
+
+
+@functools.lru_cache(maxsize=512)
+def _direct(query: str) -> tuple[direct.Statement, tuple[str, ...]] | None:
+    """The direct statement for a query, and its parameters' names in order; None for one
+    that is not a single query or change (only those can be prepared) or that cannot be
+    numbered (jobrun.sql.numbered)."""
+    if not isinstance(query, str) or not _DML.match(query):
+        return None
+    found = numbered(query)
+    if found is None:
+        return None
+    text, names = found
+    return direct.Statement(f"op{next(_ids)}", text), names

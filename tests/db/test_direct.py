@@ -168,3 +168,13 @@ def test_a_statement_deallocated_behind_its_back_is_prepared_again(pg_dsn):
         return first, second
 
     assert run(scenario()) == ([{"n": 2}], [{"n": 3}])
+
+
+def test_the_clients_own_connection_runs_operations_prepared_on_libpq(client):
+    job = client.enqueue("t", {"x": 1}).job
+    assert client.get(job.id).payload == {"x": 1}
+    prepared = {row["name"]: row["statement"] for row in client._conn.execute(
+        "SELECT name, statement FROM pg_prepared_statements", prepare=False).fetchall()}
+    ours = [text for name, text in prepared.items() if name.startswith("jobrun_op")]
+    assert any(text.lstrip().upper().startswith("INSERT") for text in ours), prepared
+    assert all("$1" in text for text in ours)  # numbered, as sent
