@@ -208,8 +208,9 @@ class AsyncClient(_Api):
         async with self._lock:
             if self._conn is None or self._conn.closed or self._conn.broken:
                 self._conn = await db.connect_async(self.dsn, **db.pooled_options(self.settings.pooled))
-            if not self.settings.pooled:
-                return await self._drive(op, self._conn)
+            if not self.settings.pooled:  # its own connection, in autocommit mode
+                return await drive_async(op, self._conn, dsn=self._dsn,
+                                         schema=self.settings.schema, direct=True)
             async with self._conn.transaction():  # one server connection per operation
                 return await self._drive(op, self._conn)
 

@@ -45,14 +45,20 @@ def drive(op: Any, conn: psycopg.Connection, *, dsn: str | None = None,
 
 
 async def drive_async(op: Any, conn: psycopg.AsyncConnection, *, dsn: str | None = None,
-                      schema: str | None = None) -> Any:
+                      schema: str | None = None, direct: bool = False) -> Any:
     """Run ``op`` to its end on an async connection (the same protocol as ``drive``)."""
     try:
         step = next(op)
         while True:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(step.query, step.params)
-                result = await cur.fetchall() if step.returns_rows else cur.rowcount
+            found = _direct(step.query) if direct else None
+            if found is not None and all(name in step.params for name in found[1]):
+                statement, names = found
+                rows, count = await statement.run_async(conn, [step.params[n] for n in names])
+                result = rows if step.returns_rows else count
+            else:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(step.query, step.params)
+                    result = await cur.fetchall() if step.returns_rows else cur.rowcount
             step = op.send(result)
     except StopIteration as stop:
         return stop.value

@@ -178,3 +178,20 @@ def test_the_clients_own_connection_runs_operations_prepared_on_libpq(client):
     ours = [text for name, text in prepared.items() if name.startswith("jobrun_op")]
     assert any(text.lstrip().upper().startswith("INSERT") for text in ours), prepared
     assert all("$1" in text for text in ours)  # numbered, as sent
+
+
+def test_the_async_clients_own_connection_runs_operations_prepared_on_libpq(pg_dsn, schema):
+    from jobrun import AsyncClient
+
+    async def scenario():
+        async with AsyncClient(pg_dsn, schema=schema) as client:
+            job = (await client.enqueue("t", {"x": 2})).job
+            got = await client.get(job.id)
+            cur = await client._conn.execute("SELECT name, statement FROM pg_prepared_statements",
+                                             prepare=False)
+            return got.payload, {row["name"]: row["statement"] for row in await cur.fetchall()}
+
+    payload, prepared = run(scenario())
+    assert payload == {"x": 2}
+    ours = [text for name, text in prepared.items() if name.startswith("jobrun_op")]
+    assert any(text.lstrip().upper().startswith("INSERT") for text in ours), prepared
