@@ -85,7 +85,7 @@ BY_ID_SETTINGS = {"enable_seqscan": "off", "plan_cache_mode": "force_generic_pla
 # needs no more: the completion of any job it leased is a commit that does wait, and it
 # flushes the WAL up to itself, the claim included; a claim lost in a database crash before
 # that returns its jobs to the queue as if never claimed, and the master fences the children
-# that run them when their leases are not found (docs/master.md). Outcomes, enqueues and
+# that run them when their leases are not found (docs/concepts.md). Outcomes, enqueues and
 # everything else commit as usual.
 CLAIM_SETTINGS = {"synchronous_commit": "off"}
 

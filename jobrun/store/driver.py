@@ -17,7 +17,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from jobrun.sql import numbered
-from jobrun.store import db, direct
+from jobrun.store import db
+from jobrun.store.direct import Statement
 
 
 def drive(op: Any, conn: psycopg.Connection, *, dsn: str | None = None,
@@ -70,8 +71,10 @@ _DML = re.compile(r"\s*(?:--[^\n]*\n\s*)*(?:SELECT|WITH|INSERT|UPDATE|DELETE)\b"
 _ids = itertools.count(1)
 
 
-@functools.lru_cache(maxsize=512)
-def _direct(query: str) -> tuple[direct.Statement, tuple[str, ...]] | None:
+# A Statement per query text (each prepares itself once per connection). Texts come from the
+# named queries of the schemas in use (jobrun.sql.for_schema): a few hundred for each.
+@functools.lru_cache(maxsize=4096)
+def _direct(query: str) -> tuple[Statement, tuple[str, ...]] | None:
     """The direct statement for a query, and its parameters' names in order; None for one
     that is not a single query or change (only those can be prepared) or that cannot be
     numbered (jobrun.sql.numbered)."""
@@ -81,4 +84,4 @@ def _direct(query: str) -> tuple[direct.Statement, tuple[str, ...]] | None:
     if found is None:
         return None
     text, names = found
-    return direct.Statement(f"op{next(_ids)}", text), names
+    return Statement(f"op{next(_ids)}", text), names
