@@ -80,16 +80,6 @@ def pooled_options(pooled: bool) -> dict:
 BY_ID_SETTINGS = {"enable_seqscan": "off", "plan_cache_mode": "force_generic_plan"}
 
 
-# The claimer's connection does not wait for the WAL flush when it commits a claim. The flush
-# is half of a one-job claim's round trip at 1,000 jobs/s (docs/BENCHMARKS.md), and a claim
-# needs no more: the completion of any job it leased is a commit that does wait, and it
-# flushes the WAL up to itself, the claim included; a claim lost in a database crash before
-# that returns its jobs to the queue as if never claimed, and the master fences the children
-# that run them when their leases are not found (docs/concepts.md). Outcomes, enqueues and
-# everything else commit as usual.
-CLAIM_SETTINGS = {"synchronous_commit": "off"}
-
-
 def session_options(dsn: str, settings: dict[str, str]) -> str:
     """The libpq ``options`` for ``dsn`` with ``settings`` added (``-c name=value`` each),
     keeping any the DSN already gives. A DSN libpq cannot parse gets ``settings`` alone: the

@@ -57,7 +57,6 @@ class Claimer(Service):
         self.on_db_ok = on_db_ok
         self.unwritten = unwritten  # outcomes not yet written (their jobs are still leased)
         self.conn: psycopg.AsyncConnection | None = None
-        self._options = db.session_options(dsn, db.CLAIM_SETTINGS)
         # Numbered parameters, prepared, run on libpq directly (jobrun/store/direct.py): the
         # 8 KB claim is not parsed at each call, nor run through psycopg's cursor.
         text, self._names = queries.positional("claim_jobs")
@@ -82,7 +81,7 @@ class Claimer(Service):
 
     async def connect(self) -> None:
         """Open the claim connection, and warn if this host's clock is off the database's."""
-        self.conn = await db.connect_async(self.dsn, prepare_threshold=0, options=self._options)
+        self.conn = await db.connect_async(self.dsn, prepare_threshold=0)
         cur = await self.conn.execute(self.q.db_now)
         skew = time.time() - (await cur.fetchone())["clock"].timestamp()
         if abs(skew) > 2.0:
@@ -157,8 +156,7 @@ class Claimer(Service):
             child.state = S.RESERVED
         announced = self._announced
         try:
-            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0,
-                                                  options=self._options)
+            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
             params = claim_params(
                 s.queues, limit, self.owner, s.lease_ttl, order=s.queue_order, turn=self._turn,
                 rooms=dispatch.rooms(s.queues, dict(s.queue_limits), self._held_by_queue())
@@ -399,8 +397,7 @@ class Claimer(Service):
     async def unclaim(self, rows: list[dict[str, Any]]) -> None:
         """Give back claimed jobs no child started (one statement)."""
         try:
-            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0,
-                                                  options=self._options)
+            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
             await self.conn.execute(self.q.unclaim, {
                 "ids": [row["id"] for row in rows], "tokens": [row["lease_token"] for row in rows],
                 "owner": self.owner})
