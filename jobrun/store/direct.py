@@ -1,4 +1,4 @@
-"""Prepared statements run on an async connection's libpq handle, without psycopg's cursor.
+"""Prepared statements run on a connection's libpq handle, without psycopg's cursor.
 
 The master runs two statements per job or two (the claim, the completion) at up to thousands
 a second, each on a connection of its own. Through ``AsyncRawCursor`` a statement costs the
@@ -41,7 +41,7 @@ class _OnConnection:
     parameter types: psycopg dumps a None or an empty list with no type, so another call may
     need another plan), and the column names of its answer."""
 
-    def __init__(self, conn: psycopg.AsyncConnection) -> None:
+    def __init__(self, conn: psycopg.Connection | psycopg.AsyncConnection) -> None:
         self.tx = Transformer(conn)
         self.prepared: dict[tuple[int, ...], bytes] = {}
         self.made = 0  # statements prepared so far: each gets a name of its own

@@ -29,10 +29,9 @@ def drive(op: Any, conn: psycopg.Connection, *, dsn: str | None = None,
     try:
         step = next(op)
         while True:
-            found = _direct(step.query) if direct else None
-            if found is not None and all(name in step.params for name in found[1]):
-                statement, names = found
-                rows, count = statement.run(conn, [step.params[name] for name in names])
+            found = _direct_step(step) if direct else None
+            if found is not None:
+                rows, count = found[0].run(conn, found[1])
                 result = rows if step.returns_rows else count
             else:
                 with conn.cursor(row_factory=dict_row) as cur:
@@ -51,10 +50,9 @@ async def drive_async(op: Any, conn: psycopg.AsyncConnection, *, dsn: str | None
     try:
         step = next(op)
         while True:
-            found = _direct(step.query) if direct else None
-            if found is not None and all(name in step.params for name in found[1]):
-                statement, names = found
-                rows, count = await statement.run_async(conn, [step.params[n] for n in names])
+            found = _direct_step(step) if direct else None
+            if found is not None:
+                rows, count = await found[0].run_async(conn, found[1])
                 result = rows if step.returns_rows else count
             else:
                 async with conn.cursor(row_factory=dict_row) as cur:
@@ -85,3 +83,17 @@ def _direct(query: str) -> tuple[Statement, tuple[str, ...]] | None:
         return None
     text, names = found
     return Statement(f"op{next(_ids)}", text), names
+
+
+def _direct_step(step: Any) -> tuple[Statement, list[Any]] | None:
+    """The direct statement of ``step`` and its parameter values in order, or None where the
+    step goes through psycopg's cursor (its query cannot go direct, or a parameter it names
+    is missing: psycopg then reports it)."""
+    found = _direct(step.query)
+    if found is None:
+        return None
+    statement, names = found
+    try:
+        return statement, [step.params[name] for name in names]
+    except KeyError:
+        return None
