@@ -6,7 +6,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from jobrun.sql import for_schema
 from jobrun.testing import wait_for
+from jobrun.worker.claimer import claim_params
 
 FINAL = ("succeeded", "dead", "cancelled")
 
@@ -49,3 +51,10 @@ class Db:
 
 def enqueue(client, items, **kw) -> list[int]:
     return [job_id for job_id, _ in client.enqueue_many(items, **kw)]
+
+
+def lease(conn, schema: str, n: int, owner: str, ttl: float = 60) -> list[dict]:
+    """Claim up to ``n`` jobs of the default queue as ``owner`` (the master's own claim
+    statement), on ``conn``, a dict-row connection; the claimed rows."""
+    return conn.execute(for_schema(schema).claim_jobs,
+                        claim_params(["default"], n, owner, ttl)).fetchall()

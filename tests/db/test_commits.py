@@ -16,8 +16,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from jobrun.sql import for_schema
-from jobrun.worker.claimer import Claimer, claim_params
+from jobrun.worker.claimer import Claimer
 from jobrun.worker.completer import Completer, Completion
+
+from tests.dbview import lease
 
 SHOWN = ["synchronous_commit", "work_mem"]
 
@@ -55,7 +57,7 @@ def test_outcomes_are_written_by_a_connection_that_waits_for_the_flush(pg_dsn, s
     q = for_schema(schema)
     owner = "test:1:completer"
     with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
-        [row] = conn.execute(q.claim_jobs, claim_params(["default"], 1, owner, 60)).fetchall()
+        [row] = lease(conn, schema, 1, owner)
 
     async def scenario() -> dict[str, str]:
         completer = Completer(with_options(pg_dsn), q, owner, "host", 1)

@@ -11,7 +11,8 @@ from psycopg.rows import dict_row
 from jobrun.sql import for_schema
 from jobrun.testing import wait_for_async
 from jobrun.worker.completer import Completer, Completion
-from jobrun.worker.claimer import claim_params
+
+from tests.dbview import lease
 
 
 def test_a_statement_error_keeps_the_batch_until_it_can_be_written(pg_dsn, schema, client):
@@ -19,7 +20,7 @@ def test_a_statement_error_keeps_the_batch_until_it_can_be_written(pg_dsn, schem
     q = for_schema(schema)
     owner = "test:1:completer"
     with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
-        [row] = conn.execute(q.claim_jobs, claim_params(["default"], 1, owner, 60)).fetchall()
+        [row] = lease(conn, schema, 1, owner)
         jobs = sql.Identifier(schema, "jobs")
 
         async def scenario() -> bool:
@@ -50,7 +51,7 @@ def _two_flushes(pg_dsn, schema, client, *, linger: float, drain_at_once: bool =
     owner = "test:1:completer"
     with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn, \
             psycopg.connect(pg_dsn) as blocker:
-        rows = conn.execute(q.claim_jobs, claim_params(["default"], 2, owner, 60)).fetchall()
+        rows = lease(conn, schema, 2, owner)
         token = {r["id"]: r["lease_token"] for r in rows}
         blocker.execute(sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(
             sql.Identifier(schema, "jobs")), [ids[0]])
@@ -102,7 +103,7 @@ def test_with_a_backlog_results_that_come_after_a_flush_wait_the_linger_too(
     q = for_schema(schema)
     owner = "test:1:completer"
     with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
-        rows = conn.execute(q.claim_jobs, claim_params(["default"], 3, owner, 60)).fetchall()
+        rows = lease(conn, schema, 3, owner)
         token = {r["id"]: r["lease_token"] for r in rows}
 
         async def scenario() -> list[tuple[float, int]]:
@@ -148,7 +149,7 @@ def test_the_completion_looks_jobs_up_by_id_after_the_table_grows_under_its_cach
         # No autovacuum ANALYZE in between: it would re-plan by chance.
         conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(jobs))
         client.enqueue_many([("noop", i) for i in range(8)])
-        rows = conn.execute(q.claim_jobs, claim_params(["default"], 8, owner, 60)).fetchall()
+        rows = lease(conn, schema, 8, owner)
 
         async def scenario() -> str:
             recorded: list[int] = []
