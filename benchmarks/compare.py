@@ -21,8 +21,8 @@ Workloads (--workloads):
            succeeded; Celery: a handler stamp per job, polled every 50 ms).
   cpu      the same with --cpu-jobs (default 2,000) jobs of 5 ms pure-Python CPU each.
   latency  open loop at each --rates (default 200,1000 jobs/s) for --seconds: job i is
-           enqueued at t0 + i/rate by --producers producer processes' threads/tasks (one
-           connection each, one enqueue per job); enqueue-to-start and enqueue-to-finish
+           enqueued at t0 + i/rate by --producer-procs processes (default 1) of --producers
+           threads/tasks each (one connection each, one enqueue per job; Celery: one); enqueue-to-start and enqueue-to-finish
            p50/p95/p99. The summary names, per system, the highest rate run that it
            sustained: its producers issued all but --sustain-skip (5 %) of the ticks and
            the finish p99 stayed under --sustain-ms (50 ms), by handler stamps and by the
@@ -310,6 +310,7 @@ class System:
     def wait_ready(self, run: "Run", workers: list[Any]) -> None: ...
     def done(self, run: "Run", conn: psycopg.Connection, n: int) -> int: ...
     def produce_cmd(self, run: "Run", rate: float, seconds: float, producers: int) -> list[str]:
+        """The open-loop producer's command; latency() appends its --slot/--slots."""
         return self.driver() + ["produce", "--rate", str(rate), "--seconds", str(seconds),
                                 "--producers", str(producers), "--task", "noop"]
     def db_latency(self, run: "Run", conn: psycopg.Connection) -> dict[int, tuple[float, float]]:
@@ -622,19 +623,24 @@ class Compare:
 
     def latency(self, system: System, variant: dict[str, Any], rate: float, rep: int) -> dict[str, Any] | None:
         label = system.variant_label(variant)
-        producers = 1 if system.name == "celery" else self.args.producers
+        per_proc = 1 if system.name == "celery" else self.args.producers
+        procs = 1 if system.name == "celery" else self.args.producer_procs
+        producers = per_proc * procs  # senders in all, one warm-up job each
         run = Run(self, system, f"lat{int(rate)}_{rep}")
         workers: list[Any] = []
-        producer: Proc | None = None
+        started: list[Proc] = []
         try:
             workers = system.start(run, variant)
             system.wait_ready(run, workers)
-            producer = Proc(system.produce_cmd(run, rate, self.args.seconds, producers),
-                            system.env(run), run.dir / "producer.log", stdin=True)
-            assert producer.popen.stdout is not None
-            line = producer.popen.stdout.readline().decode()
-            if not line.startswith("READY"):
-                raise RuntimeError(f"{label}: producer did not start: {line!r}\n{producer.tail()}")
+            cmd = system.produce_cmd(run, rate, self.args.seconds, per_proc)
+            for k in range(procs):
+                started.append(Proc(cmd + ["--slot", str(k), "--slots", str(procs)], system.env(run),
+                                    run.dir / f"producer-{k}.log", stdin=True))
+            for producer in started:
+                assert producer.popen.stdout is not None
+                line = producer.popen.stdout.readline().decode()
+                if not line.startswith("READY"):
+                    raise RuntimeError(f"{label}: producer did not start: {line!r}\n{producer.tail()}")
             deadline = time.monotonic() + 60
             while run.stamps.count() < producers:  # the warm-up jobs ran: workers are live
                 if time.monotonic() > deadline or not all(_alive(w) for w in workers):
@@ -642,16 +648,22 @@ class Compare:
                 time.sleep(0.02)
             time.sleep(0.5)
             t0 = time.monotonic() + 0.2
-            producer.popen.stdin.write(f"{t0!r}\n".encode())
-            producer.popen.stdin.flush()
-            out = producer.popen.stdout.read().decode()
-            producer.popen.wait()
-            result = None
-            for line in out.splitlines():
-                if line.startswith("RESULT "):
-                    result = json.loads(line[7:])
-            if result is None:
-                raise RuntimeError(f"{label}: producer failed:\n{out[-2000:]}\n{producer.tail()}")
+            for producer in started:
+                producer.popen.stdin.write(f"{t0!r}\n".encode())
+                producer.popen.stdin.flush()
+            result = {"sent": 0, "skipped": 0, "calls_ms": []}
+            for producer in started:
+                out = producer.popen.stdout.read().decode()
+                producer.popen.wait()
+                one = None
+                for line in out.splitlines():
+                    if line.startswith("RESULT "):
+                        one = json.loads(line[7:])
+                if one is None:
+                    raise RuntimeError(f"{label}: producer failed:\n{out[-2000:]}\n{producer.tail()}")
+                for key in ("sent", "skipped"):
+                    result[key] += one[key]
+                result["calls_ms"] += one["calls_ms"]
             ended = time.monotonic()
             sent = result["sent"]
             settle_deadline = time.monotonic() + self.args.settle
@@ -671,7 +683,7 @@ class Compare:
                 db_times = system.db_latency(run, conn)
                 own = system.own_latency(conn) if isinstance(system, Jobrun) else None
         finally:
-            if producer is not None:
+            for producer in started:
                 producer.stop(5.0)
             system.stop(workers)
         try:
@@ -688,7 +700,7 @@ class Compare:
                               db_finish=pct(db_finish), db_n=len(db_start),
                               own_start=pct(own[0]) if own else None,
                               own_finish=pct(own[1]) if own else None,
-                              call=pct(result["calls_ms"]), producers=producers)
+                              call=pct(result["calls_ms"]), producers=per_proc, producer_procs=procs)
             f = lambda xs: "/".join("-" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
             print(f"  lat {int(rate):>5}/s {label:<34} handler start {f(res['start'])} finish"
                   f" {f(res['finish'])} ms (p50/p95/p99); db start {f(res['db_start'])} finish"
@@ -820,7 +832,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=5000, help="bulk enqueue chunk")
     parser.add_argument("--rates", default="200,1000")
     parser.add_argument("--seconds", type=float, default=15.0, help="latency run length")
-    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--producers", type=int, default=2,
+                        help="latency: senders (threads or asyncio tasks) per producer process")
+    parser.add_argument("--producer-procs", type=int, default=1,
+                        help="latency: producer processes, each with --producers senders")
     parser.add_argument("--sustain-ms", type=float, default=50.0,
                         help="latency: the p99 under which a rate counts as sustained")
     parser.add_argument("--sustain-skip", type=float, default=0.05,

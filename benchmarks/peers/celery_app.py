@@ -67,7 +67,8 @@ def cmd_produce(args: argparse.Namespace) -> None:
             task.apply_async(kwargs=peerlib.payload_for(args.task, i, args.cpu_ms, t))
         return send
 
-    peerlib.open_loop(make_sender, args.producers, args.rate, int(args.rate * args.seconds))
+    peerlib.open_loop(make_sender, args.producers, args.rate, int(args.rate * args.seconds),
+                      args.slot, args.slots)
 
 
 def main() -> None:

@@ -60,7 +60,8 @@ def cmd_produce(args: argparse.Namespace) -> None:
         return send
 
     try:
-        peerlib.open_loop(make_sender, args.producers, args.rate, int(args.rate * args.seconds))
+        peerlib.open_loop(make_sender, args.producers, args.rate, int(args.rate * args.seconds),
+                          args.slot, args.slots)
     finally:
         for c in clients:
             c.close()

@@ -115,16 +115,25 @@ def report(schedules: list[Schedule], extra: dict | None = None) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def _slots(producers: int, slot: int, slots: int) -> tuple[list[int], int]:
+    """This process's senders' global indexes among all processes' and the stride: process
+    `slot` of `slots`, `producers` senders each, sends ticks g, g + stride, ... for each of its g."""
+    stride = producers * slots
+    return [slot * producers + p for p in range(producers)], stride
+
+
 def open_loop(make_sender: Callable[[int], Callable[[int, float], None]], producers: int,
-              rate: float, total: int) -> None:
+              rate: float, total: int, slot: int = 0, slots: int = 1) -> None:
     """Threads, one sender (own connection) each: `make_sender(p)` returns send(i, t_enq).
-    Each sends warm-up job -(p+1) first; prints READY, waits for t0 on stdin, then runs."""
+    Each sends warm-up job -(g+1) first (g its global index); prints READY, waits for t0 on
+    stdin, then runs. With `slots` processes, each runs its share of the ticks."""
+    ids, stride = _slots(producers, slot, slots)
     senders = [make_sender(p) for p in range(producers)]
-    for p, send in enumerate(senders):
-        send(-(p + 1), time.time())
+    for g, send in zip(ids, senders):
+        send(-(g + 1), time.time())
     print("READY", flush=True)
     t0 = wait_go()
-    schedules = [Schedule(p, producers, rate, total) for p in range(producers)]
+    schedules = [Schedule(g, stride, rate, total) for g in ids]
     errors: list[BaseException] = []
 
     def work(p: int) -> None:
@@ -139,7 +148,7 @@ def open_loop(make_sender: Callable[[int], Callable[[int, float], None]], produc
                 send(i, time.time())
                 sched.calls.append(time.monotonic() - began)
                 sched.sent += 1
-                sched.i += producers
+                sched.i += stride
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -154,14 +163,16 @@ def open_loop(make_sender: Callable[[int], Callable[[int, float], None]], produc
 
 
 async def open_loop_async(make_sender: Callable[[int], Awaitable[Callable[[int, float], Awaitable[None]]]],
-                          producers: int, rate: float, total: int) -> None:
+                          producers: int, rate: float, total: int, slot: int = 0,
+                          slots: int = 1) -> None:
     """The asyncio version: one task (own connection) per producer."""
+    ids, stride = _slots(producers, slot, slots)
     senders = [await make_sender(p) for p in range(producers)]
-    for p, send in enumerate(senders):
-        await send(-(p + 1), time.time())
+    for g, send in zip(ids, senders):
+        await send(-(g + 1), time.time())
     print("READY", flush=True)
     t0 = await asyncio.get_running_loop().run_in_executor(None, wait_go)
-    schedules = [Schedule(p, producers, rate, total) for p in range(producers)]
+    schedules = [Schedule(g, stride, rate, total) for g in ids]
 
     async def work(p: int) -> None:
         sched, send = schedules[p], senders[p]
@@ -174,7 +185,7 @@ async def open_loop_async(make_sender: Callable[[int], Awaitable[Callable[[int, 
             await send(i, time.time())
             sched.calls.append(time.monotonic() - began)
             sched.sent += 1
-            sched.i += producers
+            sched.i += stride
 
     await asyncio.gather(*(work(p) for p in range(producers)))
     report(schedules)
@@ -214,4 +225,6 @@ def driver_parser(producers: int, extra: Callable[[argparse.ArgumentParser], Non
         p.add_argument("--rate", type=float, default=200.0)
         p.add_argument("--seconds", type=float, default=15.0)
         p.add_argument("--producers", type=int, default=producers)
+        p.add_argument("--slot", type=int, default=0, help="produce: this process's place among --slots")
+        p.add_argument("--slots", type=int, default=1, help="produce: producer processes in all")
     return parser, sub

@@ -91,7 +91,7 @@ async def cmd_produce(args: argparse.Namespace) -> None:
 
     try:
         await peerlib.open_loop_async(make_sender, args.producers, args.rate,
-                                      int(args.rate * args.seconds))
+                                      int(args.rate * args.seconds), args.slot, args.slots)
     finally:
         for c in conns:
             await c.close()
