@@ -48,6 +48,13 @@ class _Api:
 
     # --- producers ------------------------------------------------------------------------
 
+    def _wakes_after(self, conn: Any) -> bool:
+        """Whether an enqueue wakes the masters after its commit rather than at it: on the
+        client's own connection, where each statement commits alone. (A NOTIFY at a commit
+        holds a cluster-wide lock until the commit is flushed: enqueues from many producers
+        then commit one at a time; migration 0011.)"""
+        return conn is None and not self.settings.pooled
+
     def enqueue(self, task: str, payload: Any = None, *, queue: str = "default",
                 priority: int | None = None, run_at: datetime | None = None,
                 delay: float | str | None = None, max_attempts: int | None = None,
@@ -64,7 +71,7 @@ class _Api:
             self.queries, self.limit, task, payload, queue=queue, priority=priority,
             run_at=run_at, delay=delay, max_attempts=max_attempts,
             idempotency_key=idempotency_key, payload_is_json=payload_is_json,
-            concurrency_key=concurrency_key), conn)
+            concurrency_key=concurrency_key, wake_after=self._wakes_after(conn)), conn)
 
     def enqueue_many(self, items: Iterable[JobSpec | tuple[str, Any]], *, queue: str = "default",
                      priority: int | None = None, run_at: datetime | None = None,
@@ -73,7 +80,8 @@ class _Api:
         """Enqueue many jobs in one statement; returns ``[(id, created), ...]`` in order."""
         return self._run(ops.enqueue_many(
             self.queries, self.limit, items, queue=queue, priority=priority, run_at=run_at,
-            delay=delay, max_attempts=max_attempts, concurrency_key=concurrency_key), conn)
+            delay=delay, max_attempts=max_attempts, concurrency_key=concurrency_key,
+            wake_after=self._wakes_after(conn)), conn)
 
     # --- inspection and admin -------------------------------------------------------------
 

@@ -30,6 +30,9 @@ class Step:
     query: str
     params: dict[str, Any]
     returns_rows: bool = True
+    # A step run after this one in a transaction of its own (in the same round trip where the
+    # connection allows), whatever this one's outcome; its own outcome is ignored.
+    then: "Step | None" = None
 
 
 Op = Generator[Step, list[dict[str, Any]], Any]
@@ -47,6 +50,18 @@ def _undeclared(queue: str) -> UnknownQueue:
     return UnknownQueue(f'queue "{queue}" is not declared (declare it with: jobrun queue add {queue})')
 
 
+def _wake(q: Queries, queues: list[str], run_ats: list[datetime | None]) -> Step:
+    """The wake-up of the masters after an insert that sent none at its commit (``notify``
+    'after', migration 0011): a queue is woken if a job went in to run by now. Should it fail,
+    the jobs are committed all the same and run at the masters' next poll."""
+    first: dict[str, datetime | None] = {}
+    for queue, at in zip(queues, run_ats):
+        if queue not in first or (first[queue] is not None and (at is None or at < first[queue])):
+            first[queue] = at
+    return Step(q.wake_queues, {"channel": q.channel, "queues": list(first),
+                                "run_ats": list(first.values())}, returns_rows=False)
+
+
 def _payload_limit_steps(q: Queries, limit: int):
     if limit != validate.DEFAULT_MAX_PAYLOAD_BYTES:
         yield Step(q.set_payload_limit, {"limit": str(limit)})
@@ -56,8 +71,11 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
             priority: int | None = None, run_at: datetime | None = None,
             delay: float | str | None = None, max_attempts: int | None = None,
             idempotency_key: str | None = None, traceparent: str | None = None,
-            payload_is_json: bool = False, concurrency_key: str | None = None) -> Op:
-    """Priority and max_attempts left None take the queue's priority_default and max_attempts."""
+            payload_is_json: bool = False, concurrency_key: str | None = None,
+            wake_after: bool = False) -> Op:
+    """Priority and max_attempts left None take the queue's priority_default and max_attempts.
+    ``wake_after``: each step is a transaction of its own (a connection in autocommit mode),
+    so a new job's insert may leave its NOTIFY to a step after its commit (see _wake)."""
     text = validate.payload_text(payload, limit) if payload_is_json else validate.payload(payload, limit)
     when, secs = _when(run_at, delay)
     params = {
@@ -71,7 +89,9 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
     }
     if params["idempotency_key"] is None:
         # A new job for certain: one plain insert (the payload size was checked above).
-        rows = yield Step(q.insert_job, params)
+        wake = wake_after and not (secs is not None and secs > 0)
+        rows = yield Step(q.insert_job, {**params, "notify": "after" if wake_after else "commit"},
+                          then=_wake(q, [params["queue"]], [when]) if wake else None)
         if not rows:
             raise _undeclared(queue)
     else:
@@ -137,8 +157,10 @@ def _column(options: dict[int, tuple], field: int, default: Any, count: int) -> 
 def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, Any]], *,
                  queue: str = "default", priority: int | None = None,
                  run_at: datetime | None = None, delay: float | str | None = None,
-                 max_attempts: int | None = None, concurrency_key: str | None = None) -> Op:
-    """Priority and max_attempts left None (call and item) take the queue's defaults."""
+                 max_attempts: int | None = None, concurrency_key: str | None = None,
+                 wake_after: bool = False) -> Op:
+    """Priority and max_attempts left None (call and item) take the queue's defaults.
+    ``wake_after`` as for enqueue."""
     validate.queue_name(queue)
     if priority is not None:
         validate.priority(priority)
@@ -193,13 +215,16 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
     if keys is None:
         # Every job is new: a plain insert. Payload sizes were checked above, with the cap the
         # SQL functions use.
+        row_queues = queues or [queue] * count
+        row_times = run_ats or [absolute(default_when)] * count
         rows = yield Step(q.insert_jobs, {
             "n": count, "queue_names": sorted(set(queues)) if queues else [queue],
             "tasks": tasks, "payloads": payloads, "queue": queue, "queues": queues,
             "priority": priority, "priorities": priorities, "run_at": absolute(default_when),
             "run_ats": run_ats, "max_attempts": max_attempts, "attempt_limits": limits,
             "traceparent": tp, "concurrency_keys": ckeys,
-        })
+            "notify": "after" if wake_after else "commit",
+        }, then=_wake(q, row_queues, row_times) if wake_after else None)
         missing = rows[0]["undeclared"]
         if missing is not None:
             raise _undeclared(missing)

@@ -26,14 +26,15 @@ SELECT id, created, queue, task, status, priority, run_at, attempts, max_attempt
                         traceparent => %(traceparent)s, concurrency_key => %(concurrency_key)s)
 
 -- name: insert_job
--- Insert one new job (no idempotency key; values checked by the client), priority and max_attempts defaulting to the queue's; no row if its queue is not declared.
+-- Insert one new job (no idempotency key; values checked by the client), priority and max_attempts defaulting to the queue's; no row if its queue is not declared. `notify` 'after': no NOTIFY at the commit, the caller runs wake_queues after it.
+WITH quiet AS MATERIALIZED (SELECT set_config('jobrun.notify', %(notify)s::text, true))
 INSERT INTO {schema}.jobs (queue, task, payload, priority, run_at, max_attempts, traceparent,
                           concurrency_key)
 SELECT k.name, %(task)s, %(payload)s::jsonb, coalesce(%(priority)s::smallint, k.priority_default),
        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8), now()),
        coalesce(%(max_attempts)s::integer, k.max_attempts, 5), %(traceparent)s::text,
        %(concurrency_key)s::text
-  FROM {schema}.queues k WHERE k.name = %(queue)s
+  FROM {schema}.queues k, quiet WHERE k.name = %(queue)s
 RETURNING id, true AS created, queue, task, status, priority, run_at, attempts, max_attempts,
           idempotency_key, created_at
 
@@ -46,8 +47,10 @@ SELECT id, created
                              %(traceparents)b::text[], %(concurrency_keys)b::text[])
 
 -- name: insert_jobs
--- Insert many new jobs (no idempotency keys; values checked by the client) in one statement; returns their ids in input order, or, inserting nothing, an undeclared queue.
-WITH undeclared AS (
+-- Insert many new jobs (no idempotency keys; values checked by the client) in one statement; returns their ids in input order, or, inserting nothing, an undeclared queue. `notify` as for insert_job.
+WITH quiet AS MATERIALIZED (
+    SELECT set_config('jobrun.notify', %(notify)s::text, true)
+), undeclared AS (
     SELECT u.name FROM unnest(%(queue_names)b::text[]) AS u(name)
      WHERE NOT EXISTS (SELECT FROM {schema}.queues k WHERE k.name = u.name)
      LIMIT 1
@@ -70,12 +73,20 @@ WITH undeclared AS (
                THEN (SELECT k.max_attempts FROM {schema}.queues k WHERE k.name = %(queue)s)
                ELSE (SELECT k.max_attempts FROM {schema}.queues k WHERE k.name = u.queue) END, 5),
            %(traceparent)s::text, u.ckey
-      FROM ids, unnest(ids.ids, %(tasks)b::text[], %(payloads)b::text[], %(queues)b::text[],
+      FROM ids, quiet, unnest(ids.ids, %(tasks)b::text[], %(payloads)b::text[], %(queues)b::text[],
                        %(priorities)b::integer[], %(run_ats)b::timestamptz[],
                        %(attempt_limits)b::integer[], %(concurrency_keys)b::text[])
            AS u(id, task, payload, queue, priority, run_at, max_attempts, ckey)
 )
 SELECT (SELECT name FROM undeclared) AS undeclared, (SELECT ids FROM ids) AS ids
+
+-- name: wake_queues
+-- Wake the masters of these queues where a job was enqueued to run by now (run_at NULL: now): what the insert trigger does at a commit, sent after an insert that set jobrun.notify to 'after' (migration 0011). An undeclared queue (its insert failed) is not woken.
+SELECT pg_notify(%(channel)s, w.queue)
+  FROM (SELECT DISTINCT u.queue FROM unnest(%(queues)s::text[], %(run_ats)s::timestamptz[])
+                                     AS u(queue, run_at)
+         WHERE (u.run_at IS NULL OR u.run_at <= now())
+           AND EXISTS (SELECT FROM {schema}.queues k WHERE k.name = u.queue)) w
 
 -- name: set_payload_limit
 -- Tell the SQL enqueue functions the configured payload cap (session setting).

@@ -68,13 +68,15 @@ class Statement:
         """Run the statement on ``conn`` with ``values``; its rows as dicts."""
         return (await self.run_async(conn, values))[0]
 
-    async def run_async(self, conn: psycopg.AsyncConnection,
-                        values: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
+    async def run_async(self, conn: psycopg.AsyncConnection, values: Sequence[Any],
+                        then: Then | None = None) -> tuple[list[dict[str, Any]], int]:
         """Run the statement on ``conn`` with ``values``; its rows as dicts, and the rows it
-        changed."""
+        changed. ``then``: a statement and its values sent in the same round trip, run in a
+        transaction of its own after this one's ends, whatever its outcome; its own outcome
+        is ignored (see _steps)."""
         on = self._state(conn)
         async with conn.lock:
-            steps = self._steps(conn, on, values)
+            steps = self._steps(conn, on, values, then)
             try:
                 while True:
                     next(steps)
@@ -86,11 +88,12 @@ class Statement:
                 result = done.value
         return _rows(on, result), result.command_tuples or 0
 
-    def run(self, conn: psycopg.Connection, values: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
+    def run(self, conn: psycopg.Connection, values: Sequence[Any],
+            then: Then | None = None) -> tuple[list[dict[str, Any]], int]:
         """The same on a sync connection: its rows as dicts, and the rows it changed."""
         on = self._state(conn)
         with conn.lock:
-            steps = self._steps(conn, on, values)
+            steps = self._steps(conn, on, values, then)
             try:
                 while True:
                     next(steps)
@@ -102,42 +105,81 @@ class Statement:
                 result = done.value
         return _rows(on, result), result.command_tuples or 0
 
-    def _steps(self, conn: Any, on: _OnConnection, values: Sequence[Any]):
+    def _steps(self, conn: Any, on: _OnConnection, values: Sequence[Any], then: Then | None):
         """Send what is to send, yield while its answer is to be waited for (the caller waits,
         sync or async, and throws in what interrupted the wait), then read it. Returns the
-        statement's result."""
+        statement's result.
+
+        With ``then``, the two go out together in libpq's pipeline mode, each followed by a
+        sync: this statement commits (in autocommit mode) before the other starts, and the
+        other runs even if this one failed. (The clients wake the masters this way right
+        after an insert's commit, without a round trip of its own: migration 0011.)"""
         pgconn = conn.pgconn
         if pgconn.status != pq.ConnStatus.OK:
             raise psycopg.OperationalError("the connection is closed")
-        tx = on.tx
-        dumped = tx.dump_sequence(values, [PyFormat.AUTO] * len(values))
-        types = tuple(tx.types)
+        dumped, types, formats = _dump(on, values)
         try:
             for again in (True, False):
-                prepared = on.prepared.get(types)
-                if prepared is None:
-                    on.made += 1
-                    prepared = f"jobrun_{self.name}_{on.made}".encode()
-                    pgconn.send_prepare(prepared, self.text, param_types=types)
+                prepared = yield from self._prepared(conn, on, types)
+                if then is None:
+                    pgconn.send_query_prepared(prepared, dumped, param_formats=formats)
                     yield
-                    _result(conn)
-                    on.prepared[types] = prepared
-                pgconn.send_query_prepared(prepared, dumped, param_formats=tx.formats)
-                yield
-                try:
-                    return _result(conn)
-                except errors.InvalidSqlStatementName:
-                    # Deallocated behind its back (DEALLOCATE ALL, DISCARD ALL on the
-                    # connection): prepared again, once.
-                    on.prepared.clear()
-                    if not again:
-                        raise
+                    outcome = _outcome(conn, _take_sync(conn))
+                else:
+                    later, later_values = then
+                    later_on = later._state(conn)
+                    later_dumped, later_types, later_formats = _dump(later_on, later_values)
+                    later_prepared = yield from later._prepared(conn, later_on, later_types)
+                    pgconn.enter_pipeline_mode()
+                    pgconn.send_query_prepared(prepared, dumped, param_formats=formats)
+                    pgconn.pipeline_sync()
+                    pgconn.send_query_prepared(later_prepared, later_dumped,
+                                               param_formats=later_formats)
+                    pgconn.pipeline_sync()
+                    outcome = _outcome(conn, (yield from _take_piped(conn)))
+                    if isinstance(_outcome(conn, (yield from _take_piped(conn))),
+                                  errors.InvalidSqlStatementName):
+                        later_on.prepared.clear()  # prepared again next time
+                    pgconn.exit_pipeline_mode()
+                if not isinstance(outcome, Exception):
+                    return outcome
+                if not isinstance(outcome, errors.InvalidSqlStatementName) or not again:
+                    raise outcome
+                # Deallocated behind its back (DEALLOCATE ALL, DISCARD ALL on the
+                # connection): prepared again, once.
+                on.prepared.clear()
         except (asyncio.CancelledError, KeyboardInterrupt):
             # Interrupted with a statement in flight: its answer would be read as the next
             # one's. The connection is dropped (it reads as broken), not reused.
             pgconn.finish()
             raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _prepared(self, conn: Any, on: _OnConnection, types: tuple[int, ...]):
+        """The name this statement is prepared under on ``conn`` for parameters of
+        ``types``, preparing it first if it is not (yields while the answer is awaited)."""
+        prepared = on.prepared.get(types)
+        if prepared is None:
+            on.made += 1
+            prepared = f"jobrun_{self.name}_{on.made}".encode()
+            conn.pgconn.send_prepare(prepared, self.text, param_types=types)
+            yield
+            outcome = _outcome(conn, _take_sync(conn))
+            if isinstance(outcome, Exception):
+                raise outcome
+            on.prepared[types] = prepared
+        return prepared
+
+
+# A statement and its parameter values, run after another in the same round trip.
+Then = tuple[Statement, Sequence[Any]]
+
+
+def _dump(on: _OnConnection, values: Sequence[Any]) -> tuple[list[Any], tuple[int, ...], list[Any]]:
+    """``values`` dumped by the statement's adapters: the values, their types, their formats."""
+    tx = on.tx
+    dumped = tx.dump_sequence(values, [PyFormat.AUTO] * len(values))
+    return dumped, tuple(tx.types), list(tx.formats)
 
 
 def _rows(on: _OnConnection, result: pq.abc.PGresult) -> list[dict[str, Any]]:
@@ -175,17 +217,43 @@ def wait_sync(conn: psycopg.Connection) -> None:
         select.select([pgconn.socket], [], [])
 
 
-def _result(conn: Any) -> pq.abc.PGresult:
-    """The answer read (the first error in it, raised as its psycopg class)."""
+def _take_sync(conn: Any) -> list[pq.abc.PGresult]:
+    """The answer read, once it is all in (outside pipeline mode)."""
     pgconn = conn.pgconn
-    first = None
+    results = []
     while (result := pgconn.get_result()) is not None:
+        results.append(result)
+    return results
+
+
+def _take_piped(conn: Any):
+    """In pipeline mode, the results of the next statement and the sync after it (yields
+    while more is to be waited for)."""
+    pgconn = conn.pgconn
+    results = []
+    while True:
+        while pgconn.is_busy():
+            yield
+        result = pgconn.get_result()
+        if result is None:
+            break
+        results.append(result)
+    while pgconn.is_busy():
+        yield
+    pgconn.get_result()  # the sync's own result
+    return results
+
+
+def _outcome(conn: Any, results: list[pq.abc.PGresult]) -> pq.abc.PGresult | psycopg.Error:
+    """A statement's result, or its first error as its psycopg class."""
+    first = None
+    for result in results:
         if first is None or first.status in _OK:
             first = result  # the first error, if any, is the one to report
     if first is None:  # pragma: no cover - libpq always answers a statement
-        raise psycopg.OperationalError("no answer to the statement")
+        return psycopg.OperationalError("no answer to the statement")
     if first.status not in _OK:
-        raise errors.error_from_result(first, encoding=conn.info.encoding)
+        return errors.error_from_result(first, encoding=conn.info.encoding)
     return first
 
 

@@ -25,23 +25,35 @@ def drive(op: Any, conn: psycopg.Connection, *, dsn: str | None = None,
           schema: str | None = None, direct: bool = False) -> Any:
     """Run ``op`` to its end on a sync connection. ``direct``: ``conn`` is in autocommit mode
     and the caller's alone, so its statements may go out prepared on libpq directly
-    (jobrun.store.direct), without psycopg's cursor."""
+    (jobrun.store.direct), without psycopg's cursor, a step's ``then`` in the same round trip."""
     try:
         step = next(op)
         while True:
             found = _direct_step(step) if direct else None
-            if found is not None:
-                rows, count = found[0].run(conn, found[1])
-                result = rows if step.returns_rows else count
-            else:
-                with conn.cursor(row_factory=dict_row) as cur:
-                    cur.execute(step.query, step.params)
-                    result = cur.fetchall() if step.returns_rows else cur.rowcount
+            after = _direct_step(step.then) if found is not None and step.then is not None else None
+            try:
+                if found is not None:
+                    rows, count = found[0].run(conn, found[1], after)
+                    result = rows if step.returns_rows else count
+                else:
+                    result = _execute(conn, step)
+            finally:
+                if step.then is not None and after is None:
+                    try:
+                        _execute(conn, step.then)
+                    except psycopg.Error:
+                        pass  # its outcome is ignored (ops.Step.then)
             step = op.send(result)
     except StopIteration as stop:
         return stop.value
     except psycopg.Error as exc:
         raise db.translate(exc, dsn, schema) from None
+
+
+def _execute(conn: psycopg.Connection, step: Any) -> Any:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(step.query, step.params)
+        return cur.fetchall() if step.returns_rows else cur.rowcount
 
 
 async def drive_async(op: Any, conn: psycopg.AsyncConnection, *, dsn: str | None = None,
@@ -51,18 +63,30 @@ async def drive_async(op: Any, conn: psycopg.AsyncConnection, *, dsn: str | None
         step = next(op)
         while True:
             found = _direct_step(step) if direct else None
-            if found is not None:
-                rows, count = await found[0].run_async(conn, found[1])
-                result = rows if step.returns_rows else count
-            else:
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(step.query, step.params)
-                    result = await cur.fetchall() if step.returns_rows else cur.rowcount
+            after = _direct_step(step.then) if found is not None and step.then is not None else None
+            try:
+                if found is not None:
+                    rows, count = await found[0].run_async(conn, found[1], after)
+                    result = rows if step.returns_rows else count
+                else:
+                    result = await _execute_async(conn, step)
+            finally:
+                if step.then is not None and after is None:
+                    try:
+                        await _execute_async(conn, step.then)
+                    except psycopg.Error:
+                        pass  # its outcome is ignored (ops.Step.then)
             step = op.send(result)
     except StopIteration as stop:
         return stop.value
     except psycopg.Error as exc:
         raise db.translate(exc, dsn, schema) from None
+
+
+async def _execute_async(conn: psycopg.AsyncConnection, step: Any) -> Any:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(step.query, step.params)
+        return await cur.fetchall() if step.returns_rows else cur.rowcount
 
 
 _DML = re.compile(r"\s*(?:--[^\n]*\n\s*)*(?:SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)

@@ -176,7 +176,7 @@ def test_the_clients_own_connection_runs_operations_prepared_on_libpq(client):
     prepared = {row["name"]: row["statement"] for row in client._conn.execute(
         "SELECT name, statement FROM pg_prepared_statements", prepare=False).fetchall()}
     ours = [text for name, text in prepared.items() if name.startswith("jobrun_op")]
-    assert any(text.lstrip().upper().startswith("INSERT") for text in ours), prepared
+    assert any("INSERT INTO" in text for text in ours), prepared
     assert all("$1" in text for text in ours)  # numbered, as sent
 
 
@@ -194,4 +194,34 @@ def test_the_async_clients_own_connection_runs_operations_prepared_on_libpq(pg_d
     payload, prepared = run(scenario())
     assert payload == {"x": 2}
     ours = [text for name, text in prepared.items() if name.startswith("jobrun_op")]
-    assert any(text.lstrip().upper().startswith("INSERT") for text in ours), prepared
+    assert any("INSERT INTO" in text for text in ours), prepared
+
+
+def test_a_then_statement_goes_in_the_same_round_trip_and_commits_on_its_own(pg_dsn):
+    """``then``: sent with the statement in pipeline mode, a transaction of its own after the
+    statement's (it runs when the statement fails, its failure is ignored), prepared again
+    like the statement when deallocated behind their backs."""
+    table = "direct_then_log"
+    note = Statement("then_note", f"INSERT INTO {table} (what) VALUES ($1::text)")
+    add = Statement("then_add", "SELECT $1::integer + 1 AS n")
+    divide = Statement("then_divide", "SELECT 1 / $1::integer AS n")
+
+    def logged(conn) -> list[str]:
+        return [r[0] for r in conn.execute(f"SELECT what FROM {table} ORDER BY id", prepare=False)]
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id serial, what text)")
+        try:
+            first = add.run(conn, [1], (note, ["after add"]))
+            with pytest.raises(errors.DivisionByZero):
+                divide.run(conn, [0], (note, ["after a failure"]))
+            ignored = add.run(conn, [2], (divide, [0]))  # the follow-up's failure fails nothing
+            conn.execute("DEALLOCATE ALL", prepare=False)
+            again = add.run(conn, [3], (note, ["after DEALLOCATE ALL"]))
+            status = conn.pgconn.pipeline_status
+            log = logged(conn)
+        finally:
+            conn.execute(f"DROP TABLE {table}")
+    assert (first[0], ignored[0], again[0]) == ([{"n": 2}], [{"n": 3}], [{"n": 4}])
+    assert log == ["after add", "after a failure", "after DEALLOCATE ALL"]
+    assert status == psycopg.pq.PipelineStatus.OFF  # the connection left as it was
