@@ -90,8 +90,10 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
     if params["idempotency_key"] is None:
         # A new job for certain: one plain insert (the payload size was checked above).
         wake = wake_after and not (secs is not None and secs > 0)
+        then = Step(q.wake_queue, {"channel": q.channel, "queue": params["queue"], "run_at": when},
+                    returns_rows=False) if wake else None  # as _wake, for one queue
         rows = yield Step(q.insert_job, {**params, "notify": "after" if wake_after else "commit"},
-                          then=_wake(q, [params["queue"]], [when]) if wake else None)
+                          then=then)
         if not rows:
             raise _undeclared(queue)
     else:

@@ -88,6 +88,12 @@ SELECT pg_notify(%(channel)s, w.queue)
          WHERE (u.run_at IS NULL OR u.run_at <= now())
            AND EXISTS (SELECT FROM {schema}.queues k WHERE k.name = u.queue)) w
 
+-- name: wake_queue
+-- wake_queues for one queue and one time (scalars: cheaper to send than arrays).
+SELECT pg_notify(%(channel)s, %(queue)s::text)
+ WHERE (%(run_at)s::timestamptz IS NULL OR %(run_at)s::timestamptz <= now())
+   AND EXISTS (SELECT FROM {schema}.queues k WHERE k.name = %(queue)s::text)
+
 -- name: set_payload_limit
 -- Tell the SQL enqueue functions the configured payload cap (session setting).
 SELECT set_config('jobrun.max_payload_bytes', %(limit)s, false)
