@@ -351,7 +351,8 @@ class Jobrun(System):
 
     def produce_cmd(self, run: "Run", rate: float, seconds: float, producers: int) -> list[str]:
         return self.driver() + ["produce", "--dsn", run.dsn, "--schema", JOBRUN_SCHEMA, "--rate",
-                                str(rate), "--seconds", str(seconds), "--producers", str(producers)]
+                                str(rate), "--seconds", str(seconds), "--producers", str(producers),
+                                "--client", self.cmp.args.jobrun_producer]
 
     def install(self, run: "Run") -> None:
         with psycopg.connect(run.dsn, autocommit=True) as conn:
@@ -836,6 +837,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="latency: senders (threads or asyncio tasks) per producer process")
     parser.add_argument("--producer-procs", type=int, default=1,
                         help="latency: producer processes, each with --producers senders")
+    parser.add_argument("--jobrun-producer", choices=("sync", "async"), default="sync",
+                        help="latency: jobrun's senders are threads calling Client.enqueue (sync)"
+                        " or asyncio tasks calling AsyncClient.enqueue (async, as pgqueuer's)")
     parser.add_argument("--sustain-ms", type=float, default=50.0,
                         help="latency: the p99 under which a rate counts as sustained")
     parser.add_argument("--sustain-skip", type=float, default=0.05,

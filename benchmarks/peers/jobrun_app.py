@@ -7,7 +7,9 @@
 Tasks ``noop`` and ``cpu`` run peerlib.run_payload: the same body as every peer's handler
 (optional pure-Python CPU burn, then one stamp line). Bulk enqueue is Client.enqueue_many in
 chunks (one statement each); the open-loop producer calls Client.enqueue once per job (its own
-transaction), one connection per producer thread.
+transaction), one connection per producer thread; with ``--client async``, AsyncClient.enqueue
+from asyncio tasks on uvloop, one client (connection) per task: the shape of pgqueuer's
+producer.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ def cmd_enqueue(args: argparse.Namespace) -> None:
 
 
 def cmd_produce(args: argparse.Namespace) -> None:
+    if args.client == "async":
+        import uvloop
+
+        uvloop.run(produce_async(args))
+        return
     clients = []
 
     def make_sender(p: int):
@@ -67,9 +74,30 @@ def cmd_produce(args: argparse.Namespace) -> None:
             c.close()
 
 
+async def produce_async(args: argparse.Namespace) -> None:
+    clients = []
+
+    async def make_sender(p: int):
+        client = jobrun.AsyncClient(args.dsn, schema=args.schema)
+        clients.append(client)
+
+        async def send(i: int, t: float) -> None:
+            await client.enqueue(args.task, peerlib.payload_for(args.task, i, args.cpu_ms, t))
+        return send
+
+    try:
+        await peerlib.open_loop_async(make_sender, args.producers, args.rate,
+                                      int(args.rate * args.seconds), args.slot, args.slots)
+    finally:
+        for c in clients:
+            await c.close()
+
+
 def _database_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", required=True)
     p.add_argument("--schema", required=True)
+    p.add_argument("--client", choices=("sync", "async"), default="sync",
+                   help="produce: Client from threads, or AsyncClient from asyncio tasks")
 
 
 def main() -> None:
