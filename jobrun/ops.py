@@ -53,11 +53,16 @@ def _undeclared(queue: str) -> UnknownQueue:
 def _wake(q: Queries, queues: list[str], run_ats: list[datetime | None]) -> Step:
     """The wake-up of the masters after an insert that sent none at its commit (``notify``
     'after', migration 0011): a queue is woken if a job went in to run by now. Should it fail,
-    the jobs are committed all the same and run at the masters' next poll."""
+    the jobs are committed all the same and run at the masters' next poll. One queue goes
+    with scalar parameters (wake_queue: cheaper to send than arrays)."""
     first: dict[str, datetime | None] = {}
     for queue, at in zip(queues, run_ats):
         if queue not in first or (first[queue] is not None and (at is None or at < first[queue])):
             first[queue] = at
+    if len(first) == 1:
+        [(queue, at)] = first.items()
+        return Step(q.wake_queue, {"channel": q.channel, "queue": queue, "run_at": at},
+                    returns_rows=False)
     return Step(q.wake_queues, {"channel": q.channel, "queues": list(first),
                                 "run_ats": list(first.values())}, returns_rows=False)
 
@@ -90,10 +95,8 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
     if params["idempotency_key"] is None:
         # A new job for certain: one plain insert (the payload size was checked above).
         wake = wake_after and not (secs is not None and secs > 0)
-        then = Step(q.wake_queue, {"channel": q.channel, "queue": params["queue"], "run_at": when},
-                    returns_rows=False) if wake else None  # as _wake, for one queue
         rows = yield Step(q.insert_job, {**params, "notify": "after" if wake_after else "commit"},
-                          then=then)
+                          then=_wake(q, [params["queue"]], [when]) if wake else None)
         if not rows:
             raise _undeclared(queue)
     else:

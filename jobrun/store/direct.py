@@ -118,6 +118,10 @@ class Statement:
         if pgconn.status != pq.ConnStatus.OK:
             raise psycopg.OperationalError("the connection is closed")
         dumped, types, formats = _dump(on, values)
+        if then is not None:
+            later, later_values = then
+            later_on = later._state(conn)
+            later_dumped, later_types, later_formats = _dump(later_on, later_values)
         try:
             for again in (True, False):
                 prepared = yield from self._prepared(conn, on, types)
@@ -126,9 +130,6 @@ class Statement:
                     yield
                     outcome = _outcome(conn, _take_sync(conn))
                 else:
-                    later, later_values = then
-                    later_on = later._state(conn)
-                    later_dumped, later_types, later_formats = _dump(later_on, later_values)
                     later_prepared = yield from later._prepared(conn, later_on, later_types)
                     pgconn.enter_pipeline_mode()
                     pgconn.send_query_prepared(prepared, dumped, param_formats=formats)

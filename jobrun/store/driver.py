@@ -29,8 +29,7 @@ def drive(op: Any, conn: psycopg.Connection, *, dsn: str | None = None,
     try:
         step = next(op)
         while True:
-            found = _direct_step(step) if direct else None
-            after = _direct_step(step.then) if found is not None and step.then is not None else None
+            found, after = _direct_steps(step, direct)
             try:
                 if found is not None:
                     rows, count = found[0].run(conn, found[1], after)
@@ -62,8 +61,7 @@ async def drive_async(op: Any, conn: psycopg.AsyncConnection, *, dsn: str | None
     try:
         step = next(op)
         while True:
-            found = _direct_step(step) if direct else None
-            after = _direct_step(step.then) if found is not None and step.then is not None else None
+            found, after = _direct_steps(step, direct)
             try:
                 if found is not None:
                     rows, count = await found[0].run_async(conn, found[1], after)
@@ -107,6 +105,14 @@ def _direct(query: str) -> tuple[Statement, tuple[str, ...]] | None:
         return None
     text, names = found
     return Statement(f"op{next(_ids)}", text), names
+
+
+def _direct_steps(step: Any, direct: bool) -> tuple[Any, Any]:
+    """The direct statements of ``step`` and of its ``then`` (each with its values), None
+    where it goes through psycopg's cursor; ``then`` goes direct only with its step."""
+    found = _direct_step(step) if direct else None
+    after = _direct_step(step.then) if found is not None and step.then is not None else None
+    return found, after
 
 
 def _direct_step(step: Any) -> tuple[Statement, list[Any]] | None:
