@@ -349,6 +349,45 @@ UNION ALL
 SELECT NULL, NULL, NULL, queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, reason, retry
   FROM held
 
+-- name: claim_plain
+-- claim_jobs for one queue of a master without -Q limits, while the queue has no concurrency or rate limit and the jobs it would lease carry no concurrency key; otherwise it leases nothing and returns one row with a NULL id and held = 'full': run claim_jobs.
+-- Where it applies it leases what claim_jobs would lease from the same snapshot (the first
+-- `limit` runnable jobs in priority order, none of them counted), without the limits'
+-- statements: ~150 us of the server's CPU for a claim of two jobs against ~370
+-- (docs/BENCHMARKS.md). The candidates are locked before the queue is read, so the
+-- limits seen are those of this snapshot, as in claim_jobs.
+WITH cand AS MATERIALIZED (
+    SELECT * FROM (
+        SELECT j.id, j.concurrency_key FROM {schema}.jobs j
+         WHERE j.status = 'queued' AND j.queue = %(queue)s AND j.run_at <= now()
+         ORDER BY j.priority, j.run_at, j.id
+         LIMIT %(limit)s
+           FOR UPDATE SKIP LOCKED) s
+     LIMIT %(limit)s  -- as in claim_jobs: a bound the planner can read (tests/db/test_claim_cost.py)
+), k AS MATERIALIZED (
+    SELECT k.paused, k.concurrency IS NULL AND k.rate_limit IS NULL
+                     AND NOT EXISTS (SELECT FROM cand WHERE concurrency_key IS NOT NULL) AS plain
+      FROM {schema}.queues k WHERE k.name = %(queue)s
+), upd AS (
+    UPDATE {schema}.jobs j
+       SET status = 'leased', attempts = j.attempts + 1, lease_token = j.lease_token + 1,
+           lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
+           started_at = now(), version = j.version + 1, counted = false
+      FROM cand c
+     WHERE j.id = c.id AND EXISTS (SELECT FROM k WHERE k.plain AND NOT k.paused)
+    RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes,
+              j.priority, j.idempotency_key, j.traceparent,
+              extract(epoch FROM j.created_at)::float8 AS created_at,
+              extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload
+)
+SELECT id, lease_token, task, queue, attempts, max_attempts, crashes, priority, idempotency_key,
+       traceparent, created_at, waited, payload, NULL::text AS held, NULL::float8 AS retry
+  FROM upd
+UNION ALL
+SELECT NULL, NULL, NULL, %(queue)s::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       'full', NULL
+  FROM k WHERE NOT k.plain AND NOT k.paused
+
 -- name: complete_jobs
 -- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted. The master sends the arrays in binary, typed (jobrun/store/arrays.py).
 WITH r AS (

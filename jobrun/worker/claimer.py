@@ -35,6 +35,7 @@ from jobrun.worker.metrics import Metrics
 from jobrun.worker.supervisor import Child, ChildState, Inflight
 
 log = logging.getLogger("jobrun.master")
+PLAIN_RETRY = 1.0  # seconds of claim_jobs after claim_plain said it did not apply
 S = ChildState
 Batch = dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]]
 
@@ -61,6 +62,11 @@ class Claimer(Service):
         # 8 KB claim is not parsed at each call, nor run through psycopg's cursor.
         text, self._names = queries.positional("claim_jobs")
         self._statement = direct.Statement("claim", text)
+        # One queue without limits, the common case, has a lean claim (claim_plain): it says
+        # when it does not apply, and the full claim then runs for PLAIN_RETRY seconds.
+        text, self._plain_names = queries.positional("claim_plain")
+        self._plain = direct.Statement("claim_plain", text)
+        self._plain_after = 0.0
         self.wake_event = asyncio.Event()
         self.claimed = 0
         self._dry = False
@@ -157,11 +163,7 @@ class Claimer(Service):
         announced = self._announced
         try:
             self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
-            params = claim_params(
-                s.queues, limit, self.owner, s.lease_ttl, order=s.queue_order, turn=self._turn,
-                rooms=dispatch.rooms(s.queues, dict(s.queue_limits), self._held_by_queue())
-                if s.queue_limits else None)
-            rows = await self._statement.rows(self.conn, [params[n] for n in self._names])
+            rows = await self._claim(s, limit)
             self._last_claim = time.monotonic()
             self.on_db_ok()
             self._turn = dispatch.next_turn(self._turn, len(s.queues))
@@ -196,6 +198,21 @@ class Claimer(Service):
         if len(rows) == limit and not orphans:
             self.wake()  # there may be more (not when rows went back: no child wants them)
         return 0
+
+    async def _claim(self, s: Settings, limit: int) -> list[dict[str, Any]]:
+        """The claim statement's rows: claim_plain where it may apply, else claim_jobs."""
+        if len(s.queues) == 1 and not s.queue_limits and time.monotonic() >= self._plain_after:
+            params = {"queue": s.queues[0], "limit": limit, "owner": self.owner,
+                      "ttl": s.lease_ttl}
+            rows = await self._plain.rows(self.conn, [params[n] for n in self._plain_names])
+            if not rows or rows[-1]["held"] != "full":
+                return rows
+            self._plain_after = time.monotonic() + PLAIN_RETRY
+        params = claim_params(
+            s.queues, limit, self.owner, s.lease_ttl, order=s.queue_order, turn=self._turn,
+            rooms=dispatch.rooms(s.queues, dict(s.queue_limits), self._held_by_queue())
+            if s.queue_limits else None)
+        return await self._statement.rows(self.conn, [params[n] for n in self._names])
 
     # --- limits (docs/dispatch.md) ---------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """The master's and its children's PostgreSQL connections, told apart in pg_stat_activity.
 
 The master sets no application_name, so a backend is known by the last statement it ran: each
-of the master's connections runs its own named queries (LISTEN; claim_jobs/unclaim/db_now;
-complete_jobs; heartbeat; registry_*; reap_expired/purge_batch), and a child's transactional
+of the master's connections runs its own named queries (LISTEN; claim_plain/claim_jobs/unclaim/
+db_now; complete_jobs; heartbeat; registry_*; reap_expired/purge_batch), and a child's transactional
 connection runs effect_claim/complete_transactional inside explicit transactions. Our own
 connections (the test's and the handlers' start record) carry an application_name starting
 with ``faults-`` and are left out.
@@ -17,7 +17,7 @@ from jobrun.sql import raw_queries, render
 KINDS = ("listen", "claim", "complete", "heartbeat", "registry", "reaper", "child")
 
 _BY_QUERY = {
-    "claim": ("claim_jobs", "unclaim", "db_now"),
+    "claim": ("claim_jobs", "claim_plain", "unclaim", "db_now"),
     "complete": ("complete_jobs",),
     "heartbeat": ("heartbeat",),
     "registry": ("registry_upsert", "registry_delete", "registry_purge_stale",
