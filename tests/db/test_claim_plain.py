@@ -110,7 +110,7 @@ def insert(conn, schema: str, queue: str, *, priority: int = 0, offset: float = 
         "INSERT INTO {} (queue, task, payload, priority, run_at, status, concurrency_key,"
         " idempotency_key, traceparent, lease_owner, lease_token, lease_expires_at, started_at)"
         " VALUES (%(queue)s, 't', jsonb_build_object('p', %(priority)s), %(priority)s,"
-        " now() + make_interval(secs => %(offset)s), %(status)s, %(key)s,"
+        " now() + make_interval(secs => %(offset)s), %(status)s::text, %(key)s,"
         " 'idem-' || gen_random_uuid(), '00-trace',"
         " CASE WHEN %(status)s = 'leased' THEN 'someone' END,"
         " CASE WHEN %(status)s = 'queued' THEN 0 ELSE 1 END,"

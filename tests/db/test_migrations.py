@@ -181,7 +181,7 @@ def test_catalog_dump_notices_differences(admin_conn, schema, scratch_schemas):
         ("CREATE OR REPLACE FUNCTION {s}.notify_ready() RETURNS trigger LANGUAGE plpgsql"
          " AS $$ BEGIN RETURN NULL; END $$", "functions"),
         ("DROP INDEX {s}.jobs_leased", "indexes"),
-        ("ALTER TABLE {s}.jobs DROP CONSTRAINT priority_range", "constraints"),
+        ("ALTER DOMAIN {s}.job_priority DROP CONSTRAINT priority_range", "constraints"),
         ("ALTER TYPE {s}.enqueued ADD ATTRIBUTE extra int", "types"),
     ]
     for statement, kind in changes:
