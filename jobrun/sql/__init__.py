@@ -79,6 +79,11 @@ def channel(schema: str) -> str:
     return f"{schema}_ready"
 
 
+def schedules_channel(schema: str) -> str:
+    """The notification channel of a schema's "schedules changed" announcements."""
+    return f"{schema}_schedules"
+
+
 def render(text: str, schema: str) -> str:
     """Insert the (validated, quoted) schema name, and its channel names ({channel}: jobs
     ready; {schedules_channel}: schedules changed; {ready_channel}: the first as a string, for
@@ -87,7 +92,7 @@ def render(text: str, schema: str) -> str:
     return sql.SQL(text).format(schema=sql.Identifier(schema),
                                 channel=sql.Identifier(channel(schema)),
                                 ready_channel=sql.Literal(channel(schema)),
-                                schedules_channel=sql.Identifier(f"{schema}_schedules"),
+                                schedules_channel=sql.Identifier(schedules_channel(schema)),
                                 ).as_string(None)
 
 
@@ -97,6 +102,7 @@ class Queries:
     def __init__(self, schema: str) -> None:
         self.schema = validate.schema_name(schema)
         self.channel = channel(schema)
+        self.schedules_channel = schedules_channel(schema)
         self._texts = {name: render(q.text, schema) for name, q in raw_queries().items()}
         self._positional: dict[str, tuple[str, tuple[str, ...]]] = {}
 

@@ -162,7 +162,7 @@ class Master:
             self.dsn, self.q, self.owner, ttl=s.schedule_lease_ttl,
             payload_limit=s.max_payload_bytes, metrics=m,
             declared=lambda: [p for t in self.dispatcher.tasks.values() for p in t.get("periodic", ())],
-            on_db_error=m.db_errors.labels("scheduler").inc)
+            on_db_error=m.db_errors.labels("scheduler").inc, notifier=self.notifier)
         self.registry = Registry(self.dsn, self.q, row=self.registry_row, on_depth=m.set_depth,
                                  on_error=m.db_errors.labels("registry").inc,
                                  on_db_ok=self.note_db_ok)

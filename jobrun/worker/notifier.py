@@ -3,6 +3,10 @@
 A notification (payload: the queue name) wakes the claimer at once; the claimer's poll floor
 covers notifications lost while this connection was down, and every (re)connect wakes the
 claimer too, so a dropped LISTEN costs at most one poll interval.
+
+Other channels can share the connection (``also``: the scheduler's): PostgreSQL signals every
+backend that listens in the database at each NOTIFY, whatever its channels, so each listening
+connection of a master cost the database a wake-up per job enqueued.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ class Notifier(Service):
         self.queues = queues
         self.wake = wake
         self.on_db_error = on_db_error
+        self._also: dict[str, tuple[str, Callable[[], None]]] = {}  # channel: (LISTEN, wake)
+
+    def also(self, listen: str, channel: str, wake: Callable[[], None]) -> None:
+        """Listen on ``channel`` too (``listen``: its LISTEN statement), calling ``wake`` at each
+        of its notifications and at every (re)connect. Before start."""
+        self._also[channel] = (listen, wake)
 
     def reconfigure(self, settings) -> None:
         self.queues.clear()
@@ -43,10 +53,14 @@ class Notifier(Service):
             conn = None
             try:
                 conn = await db.connect_async(self.dsn)
-                await conn.execute(self.listen)
+                for listen, _ in self._also.values():
+                    await conn.execute(listen)
+                await conn.execute(self.listen)  # last: the connection shows it as its query
                 if failures:
                     event(log, logging.INFO, "listen.reconnected", after_failures=failures)
                 failures = 0
+                for _, wake in self._also.values():
+                    wake()
                 self.wake()
                 await self._notified(conn)
             except Exception as exc:  # noqa: BLE001 - whatever broke the connection: reconnect
@@ -85,8 +99,15 @@ class Notifier(Service):
                     broken.set_exception(exc)
                 return
             wake = False
+            also = set()
             while (note := pgconn.notifies()) is not None:
-                wake = wake or note.extra.decode(encoding, "replace") in self.queues
+                other = self._also.get(note.relname.decode(encoding, "replace")) if self._also else None
+                if other is not None:
+                    also.add(other[1])
+                else:
+                    wake = wake or note.extra.decode(encoding, "replace") in self.queues
+            for other_wake in also:
+                other_wake()
             if wake:
                 self.wake()
 

@@ -56,7 +56,10 @@ class Scheduler(Service):
     def __init__(self, dsn: str, queries: Queries, owner: str, *, ttl: float = 10.0,
                  poll: float = 1.0, payload_limit: int = 1024 * 1024,
                  declared: Callable[[], Iterable[dict[str, Any]]] = list,
-                 metrics: Any = None, on_db_error: Callable[[], None] | None = None) -> None:
+                 metrics: Any = None, on_db_error: Callable[[], None] | None = None,
+                 notifier: Notifier | None = None) -> None:
+        """``notifier``: a master's, whose connection then also listens for schedule changes
+        (one listening backend per master); without one, the scheduler listens on its own."""
         super().__init__()
         self.dsn = dsn
         self.q = queries
@@ -77,8 +80,12 @@ class Scheduler(Service):
         self._synced = False
         self._wake = asyncio.Event()
         self._conn: psycopg.AsyncConnection | None = None
-        self.notifier = Notifier(dsn, queries.listen_schedules, {""}, self.wake,
-                                 on_db_error=on_db_error)
+        self.notifier: Notifier | None = None
+        if notifier is not None:
+            notifier.also(queries.listen_schedules, queries.schedules_channel, self.wake)
+        else:
+            self.notifier = Notifier(dsn, queries.listen_schedules, {""}, self.wake,
+                                     on_db_error=on_db_error)
 
     def wake(self) -> None:
         self._wake.set()
@@ -86,7 +93,8 @@ class Scheduler(Service):
     # --- lifecycle ------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        self.notifier.start()
+        if self.notifier is not None:
+            self.notifier.start()
         failures = 0
         try:
             while True:
@@ -114,7 +122,8 @@ class Scheduler(Service):
                 except asyncio.TimeoutError:
                     pass
         finally:
-            await self.notifier.stop()
+            if self.notifier is not None:
+                await self.notifier.stop()
             await self._release()
             await self._close()
 

@@ -546,6 +546,18 @@ def test_listen_wakes_and_survives_a_dropped_connection(master, client, db, sche
     assert "listen.lost" in err and "listen.reconnected" in err
 
 
+def test_a_master_listens_on_one_connection(master, client, db, schema):
+    """The claimer's channel and the scheduler's share one LISTEN connection: PostgreSQL wakes
+    every listening backend of the database at each NOTIFY, whatever it listens to."""
+    master("-c", "1", ready=1)
+    db.wait_status(client.enqueue("noop").job.id, timeout=10)  # serving: every service started
+    wait_for(lambda: db.rows("SELECT owner FROM {s}.scheduler_leader"),
+             message="the scheduler leading (it has been running)")
+    rows = db.rows("SELECT pid, query FROM pg_stat_activity WHERE query LIKE 'LISTEN %%'"
+                   " AND query LIKE %s", (f"%{schema}%",))
+    assert [r["query"] for r in rows] == [f'LISTEN "{schema}_ready"'], rows
+
+
 def test_large_payloads_are_delivered(master, client, db):
     """Job frames larger than the socket buffer reach the child whole (the master writes them
     as the child reads, on the event loop): ten 500 KB payloads and a noop after them all run."""
