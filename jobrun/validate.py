@@ -1,7 +1,7 @@
 """Input validation: pure functions, no I/O. Every check raises InvalidInput with one clear line.
 
-The same rules are enforced again inside PostgreSQL (CHECK constraints and the SQL
-``enqueue`` functions), so producers in other languages get them too; these Python checks
+The same rules are enforced again inside PostgreSQL (the domains of the jobs columns, CHECK
+constraints on the other tables, and the SQL ``enqueue`` functions), so producers in other languages get them too; these Python checks
 exist to fail early, without a round trip, with a message that names the offending value.
 """
 
@@ -103,7 +103,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 def concurrency_key(value: Any) -> str | None:
     """A job's concurrency key ("customer:42"): 1 to 200 characters, no control characters
-    (the SQL functions and a CHECK constraint hold the same rule)."""
+    (the SQL functions and the column's domain hold the same rule)."""
     if value is None:
         return None
     if (not isinstance(value, str) or not value or len(value) > CONCURRENCY_KEY_MAX
