@@ -101,7 +101,8 @@ class Notifier(Service):
             wake = False
             also = set()
             while (note := pgconn.notifies()) is not None:
-                other = self._also.get(note.relname.decode(encoding, "replace")) if self._also else None
+                other = (self._also.get(note.relname.decode(encoding, "replace"))
+                         if self._also else None)
                 if other is not None:
                     also.add(other[1])
                 else:
