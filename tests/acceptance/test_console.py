@@ -31,6 +31,9 @@ if not os.access(CHROMIUM, os.X_OK):
     pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium (see .ci/run)",
                 allow_module_level=True)
 expect = playwright_api.expect
+# The context's default timeout covers actions, not expect(): its own default is 5 s, which a
+# master's first registration on a loaded machine has overrun (0 masters shown after 5 s).
+expect.set_options(timeout=TIMEOUT)
 
 
 @pytest.fixture
