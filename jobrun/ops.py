@@ -220,8 +220,6 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
     if keys is None:
         # Every job is new: a plain insert. Payload sizes were checked above, with the cap the
         # SQL functions use.
-        row_queues = queues or [queue] * count
-        row_times = run_ats or [absolute(default_when)] * count
         rows = yield Step(q.insert_jobs, {
             "n": count, "queue_names": sorted(set(queues)) if queues else [queue],
             "tasks": tasks, "payloads": payloads, "queue": queue, "queues": queues,
@@ -229,7 +227,8 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
             "run_ats": run_ats, "max_attempts": max_attempts, "attempt_limits": limits,
             "traceparent": tp, "concurrency_keys": ckeys,
             "notify": "after" if wake_after else "commit",
-        }, then=_wake(q, row_queues, row_times) if wake_after else None)
+        }, then=_wake(q, queues or [queue] * count, run_ats or [absolute(default_when)] * count)
+           if wake_after else None)
         missing = rows[0]["undeclared"]
         if missing is not None:
             raise _undeclared(missing)

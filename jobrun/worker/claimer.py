@@ -202,8 +202,7 @@ class Claimer(Service):
     async def _claim(self, s: Settings, limit: int) -> list[dict[str, Any]]:
         """The claim statement's rows: claim_plain where it may apply, else claim_jobs."""
         if len(s.queues) == 1 and not s.queue_limits and time.monotonic() >= self._plain_after:
-            params = {"queue": s.queues[0], "limit": limit, "owner": self.owner,
-                      "ttl": s.lease_ttl}
+            params = plain_claim_params(s.queues[0], limit, self.owner, s.lease_ttl)
             rows = await self._plain.rows(self.conn, [params[n] for n in self._plain_names])
             if not rows or rows[-1]["held"] != "full":
                 return rows
@@ -435,3 +434,8 @@ def claim_params(queues: Sequence[str], limit: int, owner: str, ttl: float, *,
     return {"queues": list(queues), "rooms": list(rooms) if rooms else [None] * len(queues),
             "limit": limit, "owner": owner, "ttl": ttl, "order": order, "turn": turn,
             "nqueues": max(1, len(queues))}
+
+
+def plain_claim_params(queue: str, limit: int, owner: str, ttl: float) -> dict[str, Any]:
+    """Parameters of ``claim_plain``: the one served queue, without limits or order."""
+    return {"queue": queue, "limit": limit, "owner": owner, "ttl": ttl}

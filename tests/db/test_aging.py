@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 from jobrun.sql import for_schema
 from jobrun.store import db
 from jobrun.worker.aging import AgingSweeper
-from jobrun.worker.claimer import claim_params
+from jobrun.worker.claimer import claim_params, plain_claim_params
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_claim_and_sweep_plans_stay_on_the_index_at_100k(client, conn, schema):
     assert len(age(conn, schema, ["aged"], batch=10_000)) == 5_000  # aging has moved rows
     q = for_schema(schema)
     for name, params in [("claim_jobs", claim_params(["aged"], 50, "o", 30)),
-                         ("claim_plain", {"queue": "aged", "limit": 50, "owner": "o", "ttl": 30}),
+                         ("claim_plain", plain_claim_params("aged", 50, "o", 30)),
                          ("age_queued", {"queues": ["aged"], "batch": 500, "start": -100})]:
         rows = conn.execute("EXPLAIN " + getattr(q, name), params).fetchall()
         text = "\n".join(r["QUERY PLAN"] for r in rows)

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from jobrun.sql import for_schema
-from jobrun.worker.claimer import claim_params
+from jobrun.worker.claimer import claim_params, plain_claim_params
 
 pytestmark = pytest.mark.db
 
@@ -34,7 +34,7 @@ def fill(conn, schema: str, queue: str, n: int) -> None:
 
 def claim_params_for(statement: str, queue: str) -> dict:
     if statement == "claim_plain":
-        return {"queue": queue, "limit": 50, "owner": "o", "ttl": 30}
+        return plain_claim_params(queue, 50, "o", 30)
     return claim_params([queue], 50, "o", 30)
 
 

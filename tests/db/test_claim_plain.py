@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from jobrun.sql import for_schema
-from jobrun.worker.claimer import claim_params
+from jobrun.worker.claimer import claim_params, plain_claim_params
 
 pytestmark = pytest.mark.db
 
@@ -52,12 +52,9 @@ def set_queue(conn, schema: str, name: str, **settings) -> None:
             t(schema, "queues"), sets), [name])
 
 
-def plain_params(queue: str, limit: int, owner: str = OWNER, ttl: float = TTL) -> dict:
-    return {"queue": queue, "limit": limit, "owner": owner, "ttl": ttl}
-
-
 def plain(conn, schema: str, queue: str, limit: int, owner: str = OWNER) -> list[dict]:
-    return conn.execute(for_schema(schema).claim_plain, plain_params(queue, limit, owner)).fetchall()
+    return conn.execute(for_schema(schema).claim_plain,
+                        plain_claim_params(queue, limit, owner, TTL)).fetchall()
 
 
 def full(conn, schema: str, queue: str, limit: int, owner: str = OWNER) -> list[dict]:
