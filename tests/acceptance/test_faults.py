@@ -20,6 +20,7 @@ import pytest
 from psycopg import sql
 
 import jobrun
+from jobrun.policy import heartbeat_period
 from jobrun.store import migrate
 from jobrun.testing import Cluster, wait_for
 from tests.faults.backends import KINDS, backends, terminate
@@ -164,7 +165,12 @@ def test_terminate_each_kind_of_connection(db_env, tmp_path, pg_dsn, schema, cli
     with faults, Fleet(db_env, tmp_path, faults, "-c", "2", record_dsn=pg_dsn) as fleet:
         master = fleet.start(ready=2)
         for kind in kinds:
-            enqueue(client, faults, 6, sleep=0.8, transactional=1.0 if kind == "child" else 0.5)
+            # The heartbeat connects and runs only at a beat that finds leases: its jobs
+            # outlast a period, so one beat at least must (shorter ones may all fall between
+            # two beats, and nothing else would make one).
+            least = 1.5 * heartbeat_period(TTL) if kind == "heartbeat" else 0.0
+            enqueue(client, faults, 6, sleep=max(0.8, least + 0.5), least=least,
+                    transactional=1.0 if kind == "child" else 0.5)
             found = wait_for(lambda: backends(conn, schema).get(kind), timeout=15,
                              message=f"a {kind} connection")
             victim = faults.pick(found)

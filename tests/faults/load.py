@@ -41,14 +41,14 @@ def prepare(conn, schema: str) -> None:
 
 
 def enqueue(client, faults: Faults, n: int, *, sleep: float = 0.3, transactional: float = 0.5,
-            max_attempts=(3, 10, 10)) -> list[int]:
+            max_attempts=(3, 10, 10), least: float = 0.0) -> list[int]:
     """``n`` jobs: ``record`` or (with probability ``transactional``) ``effect``, each running
-    U(0, sleep) seconds, with max_attempts drawn from ``max_attempts``; their ids also go to
+    U(least, sleep) seconds, with max_attempts drawn from ``max_attempts``; their ids also go to
     ``faults.enqueued``, the run's ledger the checker holds the table to."""
     items = []
     for _ in range(n):
         task = "effect" if faults.chance(transactional) else "record"
-        items.append((task, {"sleep": round(faults.uniform(0, sleep), 3)},
+        items.append((task, {"sleep": round(faults.uniform(least, sleep), 3)},
                       faults.pick(max_attempts)))
     ids = [client.enqueue(task, payload, max_attempts=tries).job.id
            for task, payload, tries in items]
