@@ -48,7 +48,7 @@ class Settings:
     queue_limits: tuple[tuple[str, int], ...] = ()
     queue_order: str = "global"
     poll_interval: float = 0.2
-    prefetch: int = 128  # jobs a child may hold (running + waiting); 1 = one at a time
+    prefetch: int = 256  # jobs a child may hold (running + waiting); 1 = one at a time
     prefetch_max_runtime: float = 0.1  # most work (by recent run times) queued in a child
     max_tasks_per_child: int = 0
     spawn: str = "fork"  # fork: children forked by the fork server; exec: each imports the app

@@ -51,7 +51,7 @@ def run(
     dsn: Optional[str] = typer.Option(None, "--dsn", help="PostgreSQL URL (default: config, env, else embedded)"),
     schema: Optional[str] = typer.Option(None, "--schema"),
     poll_interval: Optional[str] = typer.Option(None, "--poll-interval", help="claim poll floor, e.g. 0.2 or 500ms"),
-    prefetch: Optional[int] = typer.Option(None, "--prefetch", help="jobs a child may hold at once when its tasks are short (default 128; 1 = one at a time)"),
+    prefetch: Optional[int] = typer.Option(None, "--prefetch", help="jobs a child may hold at once when its tasks are short (default 256; 1 = one at a time)"),
     prefetch_max_runtime: Optional[str] = typer.Option(None, "--prefetch-max-runtime", help="hand jobs ahead only while the work waiting in a child stays under this (default 100ms)"),
     max_tasks_per_child: Optional[int] = typer.Option(None, "--max-tasks-per-child"),
     spawn: Optional[str] = typer.Option(None, "--spawn", help="fork (default: a fork server imports the app once and forks children) or exec (each child imports it); docs/spawning.md"),
