@@ -85,6 +85,7 @@ function start() {
   stream = subscribe((kind, data) => {
     if (kind === "snapshot" || kind === "summary") {
       lastFrame = data;
+      liveBadge.dataset.frames = String(Number(liveBadge.dataset.frames || 0) + 1);  // frames received
       record(data);
       current?.live?.(data);
     } else if (kind === "error") {

@@ -22,6 +22,27 @@ export function replace(root, ...children) {
   root.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
+// `apply(frame)` for each live frame, held back while a pointer is pressed inside `el`: a page
+// redrawn between a press and its release has replaced the link or button under the pointer,
+// and the browser then fires no click. The last frame held is applied once the click is done.
+export function deferWhilePressed(el, apply) {
+  let pressed = false;
+  let held = null;
+  const release = () => {
+    if (!pressed) return;
+    pressed = false;
+    setTimeout(() => {  // after the click this release makes
+      if (held !== null && !pressed) { const f = held; held = null; apply(f); }
+    }, 0);
+  };
+  el.addEventListener("pointerdown", () => {
+    pressed = true;
+    window.addEventListener("pointerup", release, { once: true });
+    window.addEventListener("pointercancel", release, { once: true });
+  });
+  return (frame) => { if (pressed) held = frame; else apply(frame); };
+}
+
 export function status(s) { return h("span", { class: `status ${s}` }, s); }
 
 export function num(n, digits = 0) {
