@@ -181,36 +181,43 @@ def test_a_queue_is_paused_and_resumed(page, client, tmp_path):
     assert not paused(client, "default")
 
 
-def test_a_click_held_across_a_live_update_still_pauses(page, client):
-    """A live frame that lands between a button's press and its release must not swallow the
-    click: the queue's page updates its figures in place, not the button under the pointer."""
+def frames(page) -> int:
+    """Live frames the page has received (the badge counts them)."""
+    return int(page.locator("#live").get_attribute("data-frames") or 0)
+
+
+def press_across_a_frame(page, target, client) -> None:
+    """Press ``target``, let a live frame arrive (an enqueue changes the summary: no master
+    runs, the job stays queued), release."""
+    seen = frames(page)
+    target.hover()
+    page.mouse.down()
+    client.enqueue("noop", {})
+    page.wait_for_function("n => Number(document.getElementById('live').dataset.frames) > n",
+                           arg=seen)
+    page.mouse.up()
+
+
+def test_a_click_held_across_a_live_frame_still_pauses(page, client):
+    """A queue's page redraws at each live frame; one that arrives between a button's press
+    and its release waits until the click is done, so the click is not lost."""
     page.goto(page.url.split("#")[0] + "#/queues/default")
     expect(page.locator("#queue-state")).to_contain_text("running")
     queued = page.locator("div:has(> h2:text-is('Now')) dt:text-is('queued') + dd")
     expect(queued).to_have_text("0")
-    page.hover("#pause")
-    page.mouse.down()
-    client.enqueue("noop", {})  # no master runs: it stays queued, and a frame shows it
-    expect(queued).to_have_text("1")
-    page.mouse.up()
+    press_across_a_frame(page, page.locator("#pause"), client)
     expect(page.locator("#queue-state")).to_contain_text("paused")
     assert paused(client, "default")
+    expect(queued).to_have_text("1")  # the frame held back is drawn after the click
 
 
 def test_a_link_held_across_a_live_frame_still_navigates(page, client):
-    """The overview redraws at each live frame; one that arrives between a link's press and
-    its release is held back until the click is done, so the click is not lost."""
+    """The same on the overview: a link pressed across a frame still opens its page."""
     base = page.url.split("#")[0]
     page.goto(base + "#/")
     link = page.locator("#overview-body a[href='#/queues/default']")
     expect(link).to_be_visible()
-    seen = int(page.locator("#live").get_attribute("data-frames") or 0)
-    link.hover()
-    page.mouse.down()
-    client.enqueue("noop", {})  # a change, so the stream sends a frame
-    page.wait_for_function("n => Number(document.getElementById('live').dataset.frames) > n",
-                           arg=seen)
-    page.mouse.up()
+    press_across_a_frame(page, link, client)
     expect(page).to_have_url(base + "#/queues/default")
     expect(page.locator("#queue-state")).to_contain_text("running")
 

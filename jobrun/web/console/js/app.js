@@ -5,7 +5,7 @@
 // A page module exports render(ctx) and may return { live(frame), dispose() }.
 
 import { setToken, subscribe, token } from "./api.js";
-import { h, replace } from "./ui.js";
+import { deferWhilePressed, h, replace } from "./ui.js";
 import { record } from "./chart.js";
 
 const PAGES = {
@@ -25,6 +25,8 @@ let current = null;        // the page on screen: { live, dispose }
 let lastFrame = null;      // the newest events frame, handed to each page as it opens
 let stream = null;
 let renderSeq = 0;
+// Every page gets the live frames through this: none while a pointer is pressed on it.
+const toPage = deferWhilePressed(main, (frame) => current?.live?.(frame));
 
 export function parseRoute(hash) {
   const [path, qs] = (hash.replace(/^#/, "") || "/").split("?");
@@ -87,12 +89,12 @@ function start() {
       lastFrame = data;
       liveBadge.dataset.frames = String(Number(liveBadge.dataset.frames || 0) + 1);  // frames received
       record(data);
-      current?.live?.(data);
+      toPage(data);
     } else if (kind === "error") {
       liveBadge.textContent = "database unavailable";
       liveBadge.className = "live off";
       liveBadge.title = data.error;
-      current?.live?.({ error: data.error });
+      toPage({ error: data.error });
     }
   }, (state, message) => {
     liveBadge.textContent = state === "on" ? "live" : "offline";

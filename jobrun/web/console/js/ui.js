@@ -24,7 +24,8 @@ export function replace(root, ...children) {
 
 // `apply(frame)` for each live frame, held back while a pointer is pressed inside `el`: a page
 // redrawn between a press and its release has replaced the link or button under the pointer,
-// and the browser then fires no click. The last frame held is applied once the click is done.
+// and the browser then fires no click. The last frame held is applied once the click is done
+// (to the page then on screen, if the click opened another).
 export function deferWhilePressed(el, apply) {
   let pressed = false;
   let held = null;

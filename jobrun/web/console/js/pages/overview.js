@@ -2,7 +2,7 @@
 // latest failures and a chart, all from the live events frames (no polling).
 
 import { draw } from "../chart.js";
-import { deferWhilePressed, duration, empty, firstLine, h, num, replace, status, table } from "../ui.js";
+import { duration, empty, firstLine, h, num, replace, status, table } from "../ui.js";
 
 export function render({ root, frame }) {
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
@@ -17,8 +17,7 @@ export function render({ root, frame }) {
     h("p", { class: "legend" }, h("span", { class: "a" }, "━ done/s (60 s average)"), "  ", h("span", { class: "b" }, "━ depth (queued + leased)")),
     svg);
 
-  const live = deferWhilePressed(body, show);
-  function show(f) {
+  function live(f) {
     if (f.error) {
       replace(body, h("div", { class: "state error", role: "alert" }, h("strong", {}, f.error),
         h("p", {}, "Check that PostgreSQL is up and that `jobrun web` has the right database URL; this page resumes by itself.")));

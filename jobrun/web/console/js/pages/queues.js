@@ -15,26 +15,6 @@ export async function render({ root, route, frame }) {
 
   const statsOf = (q) => stats.find((s) => s.queue === q) || {};
   const nameOf = (q) => q.name ?? q.queue;
-  // A queue's live figures. A live frame rewrites them in place (refresh) rather than
-  // redrawing the page: a button replaced between its press and its release gets no click.
-  const FIGURES = {
-    queued: (s) => num(s.queued),
-    scheduled: (s) => num(s.scheduled),
-    leased: (s) => num(s.leased),
-    done: (s) => num(s.done_per_s, 1),
-    rates: (s) => `${num(s.enqueued_per_s, 1)} · ${num(s.done_per_s, 1)}`,
-    waits: (s) => `${duration(s.wait_p50)} · ${duration(s.wait_p95)}`,
-    oldest: (s) => duration(s.oldest_age),
-    failures: (s) => num(s.failures),
-  };
-  const figure = (tag, q, key) => h(tag, { dataset: { queue: q, figure: key } }, FIGURES[key](statsOf(q)));
-
-  function refresh() {
-    for (const el of body.querySelectorAll("[data-figure]")) {
-      const text = FIGURES[el.dataset.figure](statsOf(el.dataset.queue));
-      if (el.textContent !== text) el.textContent = text;
-    }
-  }
 
   async function load() {
     try {
@@ -56,10 +36,10 @@ export async function render({ root, route, frame }) {
         { label: "queue", cell: (q) => h("a", { href: `#/queues/${encodeURIComponent(q.name)}` }, q.name) },
         { label: "state", cell: (q) => status(q.paused ? "paused" : "running") },
         { label: "concurrency", num: true, cell: (q) => q.concurrency ?? "unlimited" },
-        { label: "queued", num: true, cell: (q) => figure("span", q.name, "queued") },
-        { label: "leased", num: true, cell: (q) => figure("span", q.name, "leased") },
-        { label: "done/s", num: true, narrow: true, cell: (q) => figure("span", q.name, "done") },
-        { label: "oldest", num: true, narrow: true, cell: (q) => figure("span", q.name, "oldest") },
+        { label: "queued", num: true, cell: (q) => num(statsOf(q.name).queued) },
+        { label: "leased", num: true, cell: (q) => num(statsOf(q.name).leased) },
+        { label: "done/s", num: true, narrow: true, cell: (q) => num(statsOf(q.name).done_per_s, 1) },
+        { label: "oldest", num: true, narrow: true, cell: (q) => duration(statsOf(q.name).oldest_age) },
         { label: "", cell: (q) => h("button", { onclick: () => setPaused(q.name, !q.paused), dataset: { queue: q.name } }, q.paused ? "Resume" : "Pause") },
       ], queues, { rowLink: (q) => `#/queues/${encodeURIComponent(q.name)}`, empty: empty("No queue is declared.", "Declare one with `jobrun queue add NAME`.") }));
       return;
@@ -69,6 +49,7 @@ export async function render({ root, route, frame }) {
       replace(body, h("div", { class: "state error" }, h("strong", {}, `No queue named ${name}.`), h("p", {}, h("a", { href: "#/queues" }, "See the declared queues"), " or declare it with ", h("code", {}, `jobrun queue add ${name}`), ".")));
       return;
     }
+    const s = statsOf(name);
     const link = (st, label) => h("a", { href: `#/jobs?queue=${encodeURIComponent(name)}${st ? `&status=${st}` : ""}` }, label);
     replace(body,
       h("div", { class: "actions" },
@@ -83,13 +64,13 @@ export async function render({ root, route, frame }) {
               .flatMap(([k, v]) => [h("dt", {}, k.replaceAll("_", " ")), h("dd", {}, typeof v === "object" && v !== null ? json(v) : String(v ?? "–"))]))),
         h("div", {}, h("h2", {}, "Now"),
           h("dl", { class: "kv" },
-            h("dt", {}, "queued"), figure("dd", name, "queued"),
-            h("dt", {}, "scheduled"), figure("dd", name, "scheduled"),
-            h("dt", {}, "leased"), figure("dd", name, "leased"),
-            h("dt", {}, "in/s · done/s"), figure("dd", name, "rates"),
-            h("dt", {}, "wait p50 · p95"), figure("dd", name, "waits"),
-            h("dt", {}, "oldest runnable"), figure("dd", name, "oldest"),
-            h("dt", {}, "failures (5 min)"), figure("dd", name, "failures")))));
+            h("dt", {}, "queued"), h("dd", {}, num(s.queued)),
+            h("dt", {}, "scheduled"), h("dd", {}, num(s.scheduled)),
+            h("dt", {}, "leased"), h("dd", {}, num(s.leased)),
+            h("dt", {}, "in/s · done/s"), h("dd", {}, `${num(s.enqueued_per_s, 1)} · ${num(s.done_per_s, 1)}`),
+            h("dt", {}, "wait p50 · p95"), h("dd", {}, `${duration(s.wait_p50)} · ${duration(s.wait_p95)}`),
+            h("dt", {}, "oldest runnable"), h("dd", {}, duration(s.oldest_age)),
+            h("dt", {}, "failures (5 min)"), h("dd", {}, num(s.failures))))));
   }
 
   await load();
@@ -99,7 +80,7 @@ export async function render({ root, route, frame }) {
       stats = f.queues ?? stats;
       const paused = new Map(stats.map((s) => [s.queue, s.paused]));
       if (queues.some((q) => paused.has(q.name) && paused.get(q.name) !== q.paused) || stats.length !== queues.length) load();
-      else refresh();
+      else draw();
     },
     dispose() { disposed = true; },
   };

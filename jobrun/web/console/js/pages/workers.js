@@ -1,13 +1,12 @@
 // Workers: live masters (host, pid, app, queues served, busy/total children) and what each
 // child runs now, from the live stream.
 
-import { deferWhilePressed, duration, empty, h, loading, replace, table } from "../ui.js";
+import { duration, empty, h, loading, replace, table } from "../ui.js";
 
 export function render({ root, frame }) {
   const body = h("div", { id: "workers-body" }, loading("Waiting for the live stream…"));
   replace(root, h("h1", {}, "Workers"), body);
-  const live = deferWhilePressed(body, show);
-  function show(f) {
+  function live(f) {
     if (f.error) { replace(body, h("div", { class: "state error" }, h("strong", {}, f.error))); return; }
     const masters = f.masters || [];
     replace(body,
