@@ -36,6 +36,7 @@ from jobrun import ops
 from jobrun.admin import top as observe
 from jobrun.client import Client
 from jobrun.errors import InvalidInput, JobrunError
+from jobrun.redact import redact, title_without_secrets
 from jobrun.web import cli as web_cli
 
 app = typer.Typer(name="jobrun", help="A durable job queue on PostgreSQL.",
@@ -87,7 +88,7 @@ class Session:
         return self._source
 
     def target(self) -> str:
-        return f"schema {self.client().settings.schema} at {config.redact(self.client().dsn)}"
+        return f"schema {self.client().settings.schema} at {redact(self.client().dsn)}"
 
     def close(self) -> None:
         if self._client is not None:
@@ -207,10 +208,10 @@ def migrate(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
     applied = _apply_migrations(url, settings.schema)
     latest = len(migrations.migrations())
     if s.as_json:
-        _emit({"schema": settings.schema, "target": config.redact(url), "applied": applied,
+        _emit({"schema": settings.schema, "target": redact(url), "applied": applied,
                "version": latest})
         return
-    where = f"schema {settings.schema!r} at {config.redact(url)}"
+    where = f"schema {settings.schema!r} at {redact(url)}"
     names = {m.version: m.name for m in migrations.migrations()}
     for version in applied:
         typer.echo(f"applied {version:04d}_{names[version]}")
@@ -385,7 +386,7 @@ def _one_line(text: str) -> str:
 
 def main() -> None:
     # `jobrun top --dsn URL` runs for long: keep a password out of `ps` from the start.
-    setproctitle(config.title_without_secrets(["jobrun", *sys.argv[1:]]))
+    setproctitle(title_without_secrets(["jobrun", *sys.argv[1:]]))
     try:
         app(prog_name="jobrun")
     except JobrunError as exc:

@@ -20,6 +20,7 @@ from jobrun.admin import cli as base
 from jobrun.admin import config_report
 from jobrun.admin import roles as role_sql
 from jobrun.errors import InvalidInput, JobrunError
+from jobrun.redact import redact
 from jobrun.store import db, embedded
 
 config_app = typer.Typer(help="Show the effective settings, or check a config file.",
@@ -97,7 +98,7 @@ def roles(ctx: typer.Context,
                 raise
             raise db.translate(exc, url, settings.schema) from None
     base._note(f"roles {names.producer}, {names.worker}, {names.observer} granted on schema"
-               f" {settings.schema} at {config.redact(url)}")
+               f" {settings.schema} at {redact(url)}")
 
 
 def health(addr: Annotated[Optional[str], typer.Option(
