@@ -33,7 +33,7 @@ from jobrun import __version__, config
 from jobrun.store import db
 from jobrun.store import migrate as migrations
 from jobrun import ops
-from jobrun.admin import top as observe
+from jobrun import observe
 from jobrun.client import Client
 from jobrun.errors import InvalidInput, JobrunError
 from jobrun.redact import redact, title_without_secrets

@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobrun.admin import top as observe
+from jobrun import observe
+from jobrun.admin import top
 from jobrun.admin.cli import (AsJson, Dsn, JobId, Schema, _emit, _note, _session, _table, _time,
                               app)
 from jobrun.errors import InvalidInput
@@ -80,9 +81,9 @@ def top_(ctx: typer.Context,
         _emit(source.run(observe.snapshot).to_dict())
         return
     if once:
-        observe.print_once(source.run(observe.snapshot), target=s.target())
+        top.print_once(source.run(observe.snapshot), target=s.target())
         return
     if not sys.stdout.isatty():
         raise InvalidInput("jobrun top needs a terminal on stdout; use --once to print one frame")
-    observe.watch(lambda: source.run(observe.snapshot), interval=interval, target=s.target(),
+    top.watch(lambda: source.run(observe.snapshot), interval=interval, target=s.target(),
                   keys_fd=sys.stdin.fileno() if sys.stdin.isatty() else None)
