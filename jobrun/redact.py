@@ -1,9 +1,10 @@
 """Passwords kept out of what jobrun shows: connection targets, error messages, process titles.
 
-Below everything that reports a database URL (``jobrun.config``, ``jobrun.store.db``, the command
-lines): it imports nothing of jobrun, so any module may use it without pulling settings or
-connections in. A password can reach a message in several forms (as typed, as libpq parsed it,
-%-decoded); :func:`redact_text` replaces every one of them.
+Below everything that shows a database URL (``jobrun.store.db``'s errors, the command lines,
+``jobrun config show``, the master's process title): it imports nothing of jobrun, so any of
+them uses it without pulling the settings or the connections in. A password can reach a
+message in several forms (as typed, as libpq parsed it, %-decoded); :func:`redact_text`
+replaces every one of them.
 """
 
 from __future__ import annotations
