@@ -4,7 +4,7 @@
 
 For each size in --sizes: a fresh schema filled by benchmarks/fill.py (`drain` for sizes up
 to 100,000: the middle of a fast drain; `history` above: a queue that has run for an hour),
-then --reads reads, alternating, of `jobrun top`'s frame (jobrun.admin.top.snapshot, what
+then --reads reads, alternating, of `jobrun top`'s frame (jobrun.observe.snapshot, what
 the stream read before) and of the stream's summary (jobrun.web.summary.StreamSummary, what it
 reads now), each on its own connection, a few enqueues and completions between reads so the
 summary's ranges are not empty. Prints p50/p95 ms per read and the planner's buffers touched.
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import fill  # noqa: E402
 from benchmarks.common import Bench, add_db_args, fmt, percentile, print_table  # noqa: E402
-from jobrun.admin import top  # noqa: E402
+from jobrun import observe  # noqa: E402
 from jobrun.sql import for_schema  # noqa: E402
 from jobrun.web.summary import StreamSummary  # noqa: E402
 
@@ -55,7 +55,7 @@ def measure(bench: Bench, size: int, reads: int, move: int) -> list[list]:
         summary.read(new, q)  # the first read sets the marks
         for i in range(reads):
             writer.execute(move_sql, {"n": move})
-            for label, read in (("top frame (before)", lambda: top.snapshot(old, q)),
+            for label, read in (("top frame (before)", lambda: observe.snapshot(old, q)),
                                 ("stream summary (now)", lambda: summary.read(new, q)))[::1 if i % 2 else -1]:
                 start = time.perf_counter()
                 read()

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-from urllib.parse import unquote
 
 from jobrun import validate
 from jobrun.policy import dispatch
@@ -155,74 +153,6 @@ def _put(values: dict[str, Any], key: str, value: Any, source: str) -> None:
     values[key] = _coerce(key, value, source)
     if key == "queues":  # emails=4,default: the names, and this master's limits
         values["queue_limits"] = _coerce("queue_limits", value, source)
-
-
-def redact(dsn: str) -> str:
-    """Describe a connection target without its password: 'host:port/dbname'."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        params = conninfo_to_dict(dsn)
-    except Exception:
-        return "<unparsable database URL>"
-    host = params.get("host") or "localhost"
-    port = params.get("port") or "5432"
-    db = params.get("dbname") or params.get("user") or ""
-    return redact_text(f"{host}:{port}/{db}", dsn)
-
-
-_URL_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?P<info>[^?#]*)@")  # up to the last '@'
-_KEYWORD_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.I)
-_ANY_URL_PASSWORD = re.compile(r"(\w+://[^:/@\s]*:)[^\s\"']*@")
-
-
-def _secrets(dsn: str) -> list[str]:
-    """Every form the password of ``dsn`` may take in a message: as parsed, as typed (a
-    password holding '@' or a bad %-escape is typed one way and parsed another), decoded."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    found: set[str] = set()
-    try:
-        found.add(conninfo_to_dict(dsn).get("password") or "")
-    except Exception:  # noqa: BLE001 - an unparsable URL still has a typed password
-        pass
-    url = _URL_USERINFO.match(dsn)
-    if url:
-        _, colon, typed = url.group("info").partition(":")
-        if not colon:
-            _, _, typed = url.group("info").partition("@")
-        # A password holding '@' is cut at its first '@' by libpq; the rest reads as the host.
-        found.update((typed, unquote(typed), *(piece + "@" for piece in typed.split("@")[1:])))
-    for match in _KEYWORD_PASSWORD.finditer(dsn):
-        found.add(match.group(1).strip("'"))
-    return sorted((s for s in found if s), key=len, reverse=True)
-
-
-def redact_text(text: str, dsn: str | None = None) -> str:
-    """``text`` (an error message, say) with the password of ``dsn``, and any password written
-    in a URL, replaced by '***'."""
-    if dsn:
-        for secret in _secrets(dsn):
-            text = text.replace(secret, "***@" if secret.endswith("@") else "***")
-    return _ANY_URL_PASSWORD.sub(r"\1***@", text)
-
-
-def title_without_secrets(argv: list[str]) -> str:
-    """A process title from ``argv`` with the value of --dsn hidden."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-        elif arg == "--dsn":
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith("--dsn="):
-            out.append("--dsn=***")
-        else:
-            out.append(redact_text(arg))
-    return " ".join(out)
 
 
 def resolve_dsn(settings: Settings) -> str:

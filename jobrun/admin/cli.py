@@ -10,149 +10,38 @@ The global options ``--dsn``, ``--schema`` and ``--json`` go before the command
 command wins. With no database URL anywhere, jobrun uses the embedded PostgreSQL under the
 state directory and migrates it on first use, so ``jobrun enqueue`` works with no setup. An
 explicit URL is never migrated implicitly: that is ``jobrun migrate``'s job.
+
+This module builds the app: its own commands, then those of the sub-command modules, which
+share the global options through :mod:`jobrun.admin.options` and print through
+:mod:`jobrun.admin.output` (they never import this module).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-from dataclasses import dataclass
-from datetime import date, datetime, timedelta
-from decimal import Decimal
-from typing import Annotated, Any, Optional
+from datetime import datetime
+from typing import Annotated, Optional
 
 import psycopg
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 from setproctitle import setproctitle
 
 from jobrun import __version__, config
+from jobrun import ops
+from jobrun.admin import observe_cli, ops_cli
+from jobrun.admin.options import AsJson, Dsn, JobId, Schema, apply_migrations, session
+from jobrun.admin.output import emit, note, table, timestamp
+from jobrun.admin.queue_cli import queue_app
+from jobrun.admin.schedule_cli import schedule_app
+from jobrun.errors import InvalidInput, JobrunError
+from jobrun.redact import redact, title_without_secrets
 from jobrun.store import db
 from jobrun.store import migrate as migrations
-from jobrun import ops
-from jobrun.admin import top as observe
-from jobrun.client import Client
-from jobrun.errors import InvalidInput, JobrunError
 from jobrun.web import cli as web_cli
 
 app = typer.Typer(name="jobrun", help="A durable job queue on PostgreSQL.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
-
-_GLOBAL = "Global options"
-Dsn = Annotated[Optional[str], typer.Option(
-    "--dsn", metavar="URL", show_default=False, rich_help_panel=_GLOBAL,
-    help="PostgreSQL URL (default: JOBRUN_DATABASE_URL, the config file, else embedded).")]
-Schema = Annotated[Optional[str], typer.Option(
-    "--schema", metavar="NAME", show_default=False, rich_help_panel=_GLOBAL,
-    help="Schema holding jobrun's tables (default: jobrun).")]
-AsJson = Annotated[bool, typer.Option("--json", rich_help_panel=_GLOBAL,
-                                      help="Machine-readable JSON output.")]
-JobId = Annotated[int, typer.Argument(metavar="ID", help="Job id.", show_default=False)]
-QueueName = Annotated[str, typer.Argument(metavar="NAME", help="Queue name.", show_default=False)]
-
-
-@dataclass
-class Session:
-    """What the global options select, and the client built from them (once, lazily)."""
-
-    dsn: str | None = None
-    schema: str | None = None
-    as_json: bool = False
-    _client: Client | None = None
-    _source: observe.Source | None = None
-
-    def settings(self) -> config.Settings:
-        return config.load({"database_url": self.dsn, "schema": self.schema})
-
-    def client(self) -> Client:
-        if self._client is None:
-            settings = self.settings()
-            if settings.database_url is None:
-                url = config.resolve_dsn(settings)
-                if _apply_migrations(url, settings.schema):
-                    _note(f"initialised the embedded PostgreSQL in {settings.state_dir}/"
-                          " (set JOBRUN_DATABASE_URL to use your own server)")
-                settings = settings.replace(database_url=url)
-            self._client = Client(settings=settings)
-        return self._client
-
-    def source(self) -> observe.Source:
-        """A read-only connection for the observation commands (workers, logs, top)."""
-        if self._source is None:
-            client = self.client()
-            self._source = observe.Source(client.dsn, client.queries)
-        return self._source
-
-    def target(self) -> str:
-        return f"schema {self.client().settings.schema} at {config.redact(self.client().dsn)}"
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-        if self._source is not None:
-            self._source.close()
-
-
-def _session(ctx: typer.Context, dsn: str | None, schema: str | None, as_json: bool) -> Session:
-    """Merge a command's own global options over those given before the command."""
-    root = ctx.find_root()
-    if not isinstance(root.obj, Session):
-        root.obj = Session()
-        root.call_on_close(root.obj.close)
-    s: Session = root.obj
-    s.dsn = dsn if dsn is not None else s.dsn
-    s.schema = schema if schema is not None else s.schema
-    s.as_json = s.as_json or as_json
-    return s
-
-
-def _apply_migrations(url: str, schema: str) -> list[int]:
-    try:
-        with db.connect(url) as conn:
-            return migrations.migrate(conn, schema)
-    except psycopg.Error as exc:
-        raise db.translate(exc, url, schema) from None
-
-
-# --- output -------------------------------------------------------------------------------
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return float(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return str(value)
-
-
-def _emit(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=False, default=_json_default))
-
-
-def _note(message: str) -> None:
-    typer.echo(f"jobrun: {message}", err=True)
-
-
-def _table(columns: list[str], rows: list[list[Any]], empty: str) -> None:
-    # When piped, rich would wrap at 80 columns; a wide console keeps one row per line.
-    console = Console(width=None if sys.stdout.isatty() else 250)
-    table = Table(*columns, box=box.SIMPLE_HEAD, show_edge=False)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    if rows:
-        console.print(table)
-    else:
-        console.print(empty)
-
-
-def _time(value: datetime | None) -> str:
-    return value.isoformat(timespec="seconds") if value else ""
 
 
 def _age(seconds: float | None) -> str:
@@ -194,23 +83,23 @@ def _root(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None, as_json: A
                                                 help="Print the version and exit.")] = False,
           ) -> None:
     """A durable job queue on PostgreSQL."""
-    _session(ctx, dsn, schema, as_json)
+    session(ctx, dsn, schema, as_json)
 
 
 @app.command()
 def migrate(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
             as_json: AsJson = False) -> None:
     """Create or upgrade jobrun's schema (safe to run concurrently and repeatedly)."""
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     settings = s.settings()
     url = config.resolve_dsn(settings)
-    applied = _apply_migrations(url, settings.schema)
+    applied = apply_migrations(url, settings.schema)
     latest = len(migrations.migrations())
     if s.as_json:
-        _emit({"schema": settings.schema, "target": config.redact(url), "applied": applied,
-               "version": latest})
+        emit({"schema": settings.schema, "target": redact(url), "applied": applied,
+              "version": latest})
         return
-    where = f"schema {settings.schema!r} at {config.redact(url)}"
+    where = f"schema {settings.schema!r} at {redact(url)}"
     names = {m.version: m.name for m in migrations.migrations()}
     for version in applied:
         typer.echo(f"applied {version:04d}_{names[version]}")
@@ -244,7 +133,7 @@ def enqueue(
     dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
 ) -> None:
     """Enqueue a job; prints it as JSON with "created" (false for an idempotent replay)."""
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     if payload == "-":
         payload = sys.stdin.read()
     when = _parse_run_at(run_at) if run_at is not None else None
@@ -254,7 +143,7 @@ def enqueue(
                                 delay=delay, max_attempts=max_attempts, idempotency_key=key,
                                 payload_is_json=payload is not None,
                                 concurrency_key=concurrency_key)
-    _emit({**result.job.to_dict(), "created": result.created})
+    emit({**result.job.to_dict(), "created": result.created})
 
 
 @app.command()
@@ -263,11 +152,11 @@ def get(ctx: typer.Context, job_id: JobId,
             "--attempts", help="Include the recorded attempts (as \"history\").")] = False,
         dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Show one job as JSON."""
-    client = _session(ctx, dsn, schema, as_json).client()
+    client = session(ctx, dsn, schema, as_json).client()
     out = client.get(job_id).to_dict()
     if attempts:  # each with its captured "log"
         out["history"] = [a.to_dict() for a in client.attempts(job_id)]
-    _emit(out)
+    emit(out)
 
 
 @app.command("list")
@@ -286,20 +175,20 @@ def list_(
     dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
 ) -> None:
     """List jobs, newest first."""
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     if schedule is not None and (queue or task):
         raise InvalidInput("--schedule cannot be combined with --queue or --task")
     jobs = (s.client().schedules.jobs(schedule, status=status, limit=limit, before=before)
             if schedule is not None else
             s.client().list(status=status, queue=queue, task=task, limit=limit, before=before))
     if s.as_json:
-        _emit([j.to_dict() for j in jobs])
+        emit([j.to_dict() for j in jobs])
         return
-    _table(["id", "queue", "task", "status", "attempts", "priority", "run_at", "created_at"],
-           [[j.id, j.queue, j.task, j.status, f"{j.attempts}/{j.max_attempts}", j.priority,
-             _time(j.run_at), _time(j.created_at)] for j in jobs], "no jobs")
+    table(["id", "queue", "task", "status", "attempts", "priority", "run_at", "created_at"],
+          [[j.id, j.queue, j.task, j.status, f"{j.attempts}/{j.max_attempts}", j.priority,
+            timestamp(j.run_at), timestamp(j.created_at)] for j in jobs], "no jobs")
     if len(jobs) == limit:
-        _note(f"more may follow: add --before {jobs[-1].id}")
+        note(f"more may follow: add --before {jobs[-1].id}")
 
 
 IfVersion = Annotated[Optional[int], typer.Option(
@@ -311,24 +200,24 @@ IfVersion = Annotated[Optional[int], typer.Option(
 def cancel(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn: Dsn = None,
            schema: Schema = None, as_json: AsJson = False) -> None:
     """Cancel a queued job now, or ask a running one to stop."""
-    client = _session(ctx, dsn, schema, as_json).client()
-    _emit(client.cancel(job_id, if_version=if_version).to_dict())
+    client = session(ctx, dsn, schema, as_json).client()
+    emit(client.cancel(job_id, if_version=if_version).to_dict())
 
 
 @app.command()
 def retry(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn: Dsn = None,
           schema: Schema = None, as_json: AsJson = False) -> None:
     """Put a dead or cancelled job back in its queue, with its attempts reset."""
-    client = _session(ctx, dsn, schema, as_json).client()
-    _emit(client.retry(job_id, if_version=if_version).to_dict())
+    client = session(ctx, dsn, schema, as_json).client()
+    emit(client.retry(job_id, if_version=if_version).to_dict())
 
 
 @app.command()
 def delete(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn: Dsn = None,
            schema: Schema = None, as_json: AsJson = False) -> None:
     """Delete a finished job (succeeded, dead or cancelled) with its attempts."""
-    client = _session(ctx, dsn, schema, as_json).client()
-    _emit(client.delete(job_id, if_version=if_version).to_dict())
+    client = session(ctx, dsn, schema, as_json).client()
+    emit(client.delete(job_id, if_version=if_version).to_dict())
 
 
 @app.command()
@@ -345,10 +234,10 @@ def purge(
 ) -> None:
     """Delete finished jobs (with their attempts) older than their queue's retention or a
     duration."""
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     deleted = s.client().purge(older_than, statuses=tuple(status) if status else ops.TERMINAL)
     if s.as_json:
-        _emit({"deleted": deleted})
+        emit({"deleted": deleted})
     else:
         typer.echo(f"deleted {deleted} job{'' if deleted == 1 else 's'}")
 
@@ -357,26 +246,22 @@ def purge(
 def stats(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
           as_json: AsJson = False) -> None:
     """Job counts per queue, and the age of the oldest runnable job."""
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     rows = s.client().stats()
     if s.as_json:
-        _emit([dataclasses.asdict(r) for r in rows])
+        emit([dataclasses.asdict(r) for r in rows])
         return
-    _table(["queue", "paused", "queued", "scheduled", "leased", "succeeded", "dead",
-            "cancelled", "oldest queued"],
-           [[r.queue, "yes" if r.paused else "", r.queued, r.scheduled, r.leased, r.succeeded,
-             r.dead, r.cancelled, _age(r.oldest_queued_age)] for r in rows], "no queues")
+    table(["queue", "paused", "queued", "scheduled", "leased", "succeeded", "dead",
+           "cancelled", "oldest queued"],
+          [[r.queue, "yes" if r.paused else "", r.queued, r.scheduled, r.leased, r.succeeded,
+            r.dead, r.cancelled, _age(r.oldest_queued_age)] for r in rows], "no queues")
 
 
 app.command("web")(web_cli.web)
-
-if __name__ != "__main__":  # run as a script, the module proper (below) registers them
-    from jobrun.admin.schedule_cli import schedule_app  # noqa: E402 - uses the helpers above
-    app.add_typer(schedule_app, name="schedule")
-    from jobrun.admin.queue_cli import queue_app  # noqa: E402 - uses the helpers above
-    app.add_typer(queue_app, name="queue")
-    from jobrun.admin import ops_cli  # noqa: E402,F401 - adds config, roles, health, embedded
-    from jobrun.admin import observe_cli  # noqa: E402,F401 - adds workers, logs, top
+app.add_typer(schedule_app, name="schedule")
+app.add_typer(queue_app, name="queue")
+ops_cli.register(app)      # config, embedded, roles, health, bench
+observe_cli.register(app)  # workers, logs, top
 
 
 def _one_line(text: str) -> str:
@@ -385,7 +270,7 @@ def _one_line(text: str) -> str:
 
 def main() -> None:
     # `jobrun top --dsn URL` runs for long: keep a password out of `ps` from the start.
-    setproctitle(config.title_without_secrets(["jobrun", *sys.argv[1:]]))
+    setproctitle(title_without_secrets(["jobrun", *sys.argv[1:]]))
     try:
         app(prog_name="jobrun")
     except JobrunError as exc:
@@ -397,5 +282,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from jobrun.admin.cli import main as _main  # the module proper, with its sub-commands
-    _main()
+    main()

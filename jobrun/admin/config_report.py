@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jobrun import config
+from jobrun.redact import redact
 from jobrun.errors import InvalidInput, JobrunError
 
 SECRETS = ("database_url",)
@@ -31,7 +32,7 @@ class Entry:
 
 def _shown(name: str, value: Any) -> Any:
     if name in SECRETS and value:
-        return f"<redacted: {config.redact(value)}>"
+        return f"<redacted: {redact(value)}>"
     if isinstance(value, tuple):
         return list(value)
     return value

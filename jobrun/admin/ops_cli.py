@@ -1,7 +1,8 @@
 """Operator commands of ``jobrun``: config show/check, roles, health, embedded status/stop.
 
-Imported by jobrun.admin.cli, whose app they join; they share its global options (``--dsn``,
-``--schema``, ``--json``) and its error protocol (exit 1 with one ``jobrun: error:`` line).
+:mod:`jobrun.admin.cli` adds them to its app (:func:`register`); they share its global options
+(``--dsn``, ``--schema``, ``--json``, :mod:`jobrun.admin.options`) and its error protocol
+(exit 1 with one ``jobrun: error:`` line).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Annotated, Optional
 import typer
 
 from jobrun import config
-from jobrun.admin import cli as base
 from jobrun.admin import config_report
 from jobrun.admin import roles as role_sql
+from jobrun.admin.options import AsJson, Dsn, Schema, session
+from jobrun.admin.output import emit, note, table
 from jobrun.errors import InvalidInput, JobrunError
+from jobrun.redact import redact
 from jobrun.store import db, embedded
 
 config_app = typer.Typer(help="Show the effective settings, or check a config file.",
@@ -39,20 +42,20 @@ def _environ(config_file: Path | None) -> dict[str, str]:
 
 
 @config_app.command("show")
-def config_show(ctx: typer.Context, config_file: ConfigFile = None, dsn: base.Dsn = None,
-                schema: base.Schema = None, as_json: base.AsJson = False) -> None:
+def config_show(ctx: typer.Context, config_file: ConfigFile = None, dsn: Dsn = None,
+                schema: Schema = None, as_json: AsJson = False) -> None:
     """Every setting, its effective value and its source (flag, environment, file, default);
     the database URL's password is never shown."""
-    s = base._session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     entries, path = config_report.effective({"database_url": s.dsn, "schema": s.schema},
                                             _environ(config_file))
     if s.as_json:
-        base._emit({"file": str(path) if path else None,
-                    "settings": [dataclasses.asdict(e) for e in entries]})
+        emit({"file": str(path) if path else None,
+              "settings": [dataclasses.asdict(e) for e in entries]})
         return
     typer.echo(f"config file: {path or 'none'}")
-    base._table(["setting", "value", "source"],
-                [[e.name, _text(e.value), e.source] for e in entries], "no settings")
+    table(["setting", "value", "source"],
+          [[e.name, _text(e.value), e.source] for e in entries], "no settings")
 
 
 def _text(value: object) -> str:
@@ -76,11 +79,11 @@ def roles(ctx: typer.Context,
           apply: Annotated[bool, typer.Option("--apply", help="Run the SQL (needs CREATEROLE and the schema's owner).")] = False,
           print_: Annotated[bool, typer.Option("--print", help="Print the SQL (the default).")] = False,
           prefix: Annotated[str, typer.Option("--prefix", help="Role names: PREFIXproducer, PREFIXworker, PREFIXobserver.")] = "jobrun_",
-          dsn: base.Dsn = None, schema: base.Schema = None, as_json: base.AsJson = False) -> None:
+          dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """SQL for least-privilege roles: producer, worker (a master), observer (read-only).
 
     The producer enqueues and reads jobs; the observer reads for top and dashboards."""
-    s = base._session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     names = role_sql.RoleNames.with_prefix(prefix)
     settings = s.settings()
     if apply and print_:
@@ -96,8 +99,8 @@ def roles(ctx: typer.Context,
             if isinstance(exc, JobrunError):
                 raise
             raise db.translate(exc, url, settings.schema) from None
-    base._note(f"roles {names.producer}, {names.worker}, {names.observer} granted on schema"
-               f" {settings.schema} at {config.redact(url)}")
+    note(f"roles {names.producer}, {names.worker}, {names.observer} granted on schema"
+         f" {settings.schema} at {redact(url)}")
 
 
 def health(addr: Annotated[Optional[str], typer.Option(
@@ -123,7 +126,7 @@ def health(addr: Annotated[Optional[str], typer.Option(
 def _state_dir(ctx: typer.Context, state_dir: Path | None) -> Path:
     if state_dir is not None:
         return state_dir
-    return Path(base._session(ctx, None, None, False).settings().state_dir)
+    return Path(session(ctx, None, None, False).settings().state_dir)
 
 
 StateDir = Annotated[Optional[Path], typer.Option(
@@ -132,12 +135,12 @@ StateDir = Annotated[Optional[Path], typer.Option(
 
 @embedded_app.command("status")
 def embedded_status(ctx: typer.Context, state_dir: StateDir = None,
-                    as_json: base.AsJson = False) -> None:
+                    as_json: AsJson = False) -> None:
     """Whether the embedded PostgreSQL runs, its pid and socket, and the processes using it."""
-    s = base._session(ctx, None, None, as_json)
+    s = session(ctx, None, None, as_json)
     st = embedded.status(_state_dir(ctx, state_dir))
     if s.as_json:
-        base._emit(dataclasses.asdict(st))
+        emit(dataclasses.asdict(st))
         return
     if not st.initialised:
         typer.echo(f"no embedded PostgreSQL in {st.pgdata}")
@@ -160,13 +163,6 @@ def embedded_stop(ctx: typer.Context, state_dir: StateDir = None,
         typer.echo(f"{st.pgdata}: stopped (pid {st.pid})")
 
 
-# Imported at the end of jobrun.admin.cli: add these commands to its app.
-base.app.add_typer(config_app, name="config")
-base.app.add_typer(embedded_app, name="embedded")
-base.app.command("roles")(roles)
-base.app.command("health")(health)
-
-
 def bench(ctx: typer.Context,
           task: Annotated[str, typer.Option("--task", help="A task the running master's app has (a fast one measures the queue, not the handler).", show_default=False)],
           rate: Annotated[float, typer.Option("--rate", help="Jobs per second, open loop.")] = 100.0,
@@ -175,25 +171,25 @@ def bench(ctx: typer.Context,
           queue: Annotated[str, typer.Option("--queue", "-q")] = "default",
           producers: Annotated[int, typer.Option("--producers", help="Producer threads (connections).")] = 4,
           settle: Annotated[float, typer.Option("--settle", help="Seconds to wait for the drain after the last enqueue.")] = 120.0,
-          dsn: base.Dsn = None, schema: base.Schema = None, as_json: base.AsJson = False) -> None:
+          dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Open-loop load against a running master: achieved rate, lagged ticks, depth over time,
     enqueue-to-start and enqueue-to-finish p50/p95/p99 from the database's timestamps."""
     import json
 
     from jobrun.admin.bench import Bench
 
-    s = base._session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     try:
         body = json.loads(payload) if payload is not None else None
     except ValueError as exc:
         raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
     report = Bench(s.client().settings, task, body, queue, rate, duration, producers, settle).run()
     if s.as_json:
-        base._emit(dataclasses.asdict(report))
+        emit(dataclasses.asdict(report))
     else:
         _print_bench(report)
     if report.drained_after is None:
-        base._note(f"{report.unfinished} jobs had not finished {settle:g}s after the last enqueue")
+        note(f"{report.unfinished} jobs had not finished {settle:g}s after the last enqueue")
         raise typer.Exit(1)
 
 
@@ -202,13 +198,19 @@ def _print_bench(r) -> None:
                f" {r.achieved:.1f} jobs/s, lagged ticks skipped {r.lagged}")
     drained = "-" if r.drained_after is None else f"{r.drained_after:.2f}s"
     typer.echo(f"all finished {drained} after the last enqueue; not succeeded: {r.not_succeeded}")
-    base._table(["ms", "p50", "p95", "p99"],
-                [[name, *(("-" if v is None else f"{v:.1f}") for v in series.values())]
-                 for name, series in (("enqueue to start", r.to_start_ms),
-                                      ("enqueue to finish", r.to_finish_ms))], "")
+    table(["ms", "p50", "p95", "p99"],
+          [[name, *(("-" if v is None else f"{v:.1f}") for v in series.values())]
+           for name, series in (("enqueue to start", r.to_start_ms),
+                                ("enqueue to finish", r.to_finish_ms))], "")
     if r.depth:
         typer.echo("depth each second, queued: " + " ".join(str(q) for _, q, _ in r.depth))
         typer.echo("                   leased: " + " ".join(str(x) for _, _, x in r.depth))
 
 
-base.app.command("bench")(bench)
+def register(app: typer.Typer) -> None:
+    """Add these commands to the ``jobrun`` app."""
+    app.add_typer(config_app, name="config")
+    app.add_typer(embedded_app, name="embedded")
+    app.command("roles")(roles)
+    app.command("health")(health)
+    app.command("bench")(bench)

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from jobrun import queue_rules
-from jobrun.admin.cli import AsJson, Dsn, QueueName, Schema, _emit, _session, _table
+from jobrun.admin.options import AsJson, Dsn, QueueName, Schema, session
+from jobrun.admin.output import emit, table
 
 queue_app = typer.Typer(help="Declare, change, list, delete, pause and resume queues.",
                         no_args_is_help=True)
@@ -63,11 +64,11 @@ def add(ctx: typer.Context, name: QueueName, concurrency: Concurrency = None, ra
         as_json: AsJson = False) -> None:
     """Declare a queue (with settings). One that exists is left alone: fine when the settings
     given match it, else an error (change it with update)."""
-    client = _session(ctx, dsn, schema, as_json).client()
+    client = session(ctx, dsn, schema, as_json).client()
     queue, created = client.queue_add(name, **_settings(
         concurrency=concurrency, rate=rate, aging=aging, priority_default=priority_default,
         max_attempts=max_attempts, retention=retention, key_concurrency=key_concurrency))
-    _emit({**queue, "created": created})
+    emit({**queue, "created": created})
 
 
 @queue_app.command("update")
@@ -80,8 +81,8 @@ def update(ctx: typer.Context, name: QueueName, concurrency: Concurrency = None,
                help="Only if the queue is still at version N (else exit 1, a conflict).")] = None,
            dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Change some settings of a queue; live on every master at once."""
-    client = _session(ctx, dsn, schema, as_json).client()
-    _emit(client.queue_update(name, if_version=if_version, **_settings(
+    client = session(ctx, dsn, schema, as_json).client()
+    emit(client.queue_update(name, if_version=if_version, **_settings(
         concurrency=concurrency, rate=rate, aging=aging, priority_default=priority_default,
         max_attempts=max_attempts, retention=retention, key_concurrency=key_concurrency)))
 
@@ -90,24 +91,24 @@ def update(ctx: typer.Context, name: QueueName, concurrency: Concurrency = None,
 def get(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
         as_json: AsJson = False) -> None:
     """One queue: its settings (intervals in seconds) and live counts, as JSON."""
-    _emit(_session(ctx, dsn, schema, as_json).client().queue_get(name))
+    emit(session(ctx, dsn, schema, as_json).client().queue_get(name))
 
 
 @queue_app.command("list")
 def list_(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
           as_json: AsJson = False) -> None:
     """Declared queues with their settings and queued/scheduled/leased counts."""
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     rows = s.client().queue_list()
     if s.as_json:
-        _emit(rows)
+        emit(rows)
         return
-    _table(["name", "paused", "queued", "scheduled", "leased", "concurrency", "rate", "aging",
-            "priority", "attempts", "retention", "per key", "version"],
-           [[r["name"], "yes" if r["paused"] else "", r["queued"], r["scheduled"], r["leased"],
-             r["concurrency"], _rate(r), _secs(r["aging"]), r["priority_default"],
-             r["max_attempts"], _secs(r["retention"]), r["key_concurrency"], r["version"]]
-            for r in rows], "no queues")
+    table(["name", "paused", "queued", "scheduled", "leased", "concurrency", "rate", "aging",
+           "priority", "attempts", "retention", "per key", "version"],
+          [[r["name"], "yes" if r["paused"] else "", r["queued"], r["scheduled"], r["leased"],
+            r["concurrency"], _rate(r), _secs(r["aging"]), r["priority_default"],
+            r["max_attempts"], _secs(r["retention"]), r["key_concurrency"], r["version"]]
+           for r in rows], "no queues")
 
 
 @queue_app.command("delete")
@@ -117,18 +118,18 @@ def delete(ctx: typer.Context, name: QueueName,
            dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Delete a queue and its finished jobs; refused while it holds queued or leased jobs
     (unless --force) or a schedule fires into it."""
-    _emit(_session(ctx, dsn, schema, as_json).client().queue_delete(name, force=force))
+    emit(session(ctx, dsn, schema, as_json).client().queue_delete(name, force=force))
 
 
 @queue_app.command("pause")
 def pause(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
           as_json: AsJson = False) -> None:
     """Stop claiming jobs from a queue (running jobs finish)."""
-    _emit(_session(ctx, dsn, schema, as_json).client().pause_queue(name))
+    emit(session(ctx, dsn, schema, as_json).client().pause_queue(name))
 
 
 @queue_app.command("resume")
 def resume(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
            as_json: AsJson = False) -> None:
     """Resume claiming jobs from a paused queue."""
-    _emit(_session(ctx, dsn, schema, as_json).client().resume_queue(name))
+    emit(session(ctx, dsn, schema, as_json).client().resume_queue(name))

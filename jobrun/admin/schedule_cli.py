@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobrun.admin.cli import AsJson, Dsn, Schema, _emit, _session, _table, _time
+from jobrun.admin.options import AsJson, Dsn, Schema, session
+from jobrun.admin.output import emit, table, timestamp
 from jobrun.errors import InvalidInput
 from jobrun.policy import cron
 from jobrun.schedules import parse_time
@@ -57,12 +58,12 @@ def create(ctx: typer.Context, name: Name, cron_expr: Cron = None, task: Task = 
     """Create a schedule; prints it as JSON (with its next fire)."""
     if cron_expr is None or task is None:
         raise InvalidInput("schedule create needs --cron EXPR and --task TASK")
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     record = s.client().schedules.create(
         name, cron_expr, task, payload, queue=queue or "default", priority=priority or 0,
         tz=tz or "UTC", starts_at=starts_at, ends_at=ends_at, catch_up=catch_up or "latest",
         max_attempts=max_attempts, payload_is_json=payload is not None)
-    _emit(record.to_dict())
+    emit(record.to_dict())
 
 
 @schedule_app.command("update")
@@ -72,28 +73,28 @@ def update(ctx: typer.Context, name: Name, cron_expr: Cron = None, task: Task = 
            catch_up: CatchUp = None, max_attempts: MaxAttempts = None,
            dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Change the given fields of a schedule; prints it as JSON."""
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     record = s.client().schedules.update(
         name, cron=cron_expr, task=task, payload=payload, queue=queue, priority=priority,
         tz=tz, starts_at=starts_at, ends_at=ends_at, catch_up=catch_up,
         max_attempts=max_attempts, payload_is_json=payload is not None)
-    _emit(record.to_dict())
+    emit(record.to_dict())
 
 
 @schedule_app.command("list")
 def list_(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
           as_json: AsJson = False) -> None:
     """List schedules with their status and last/next fire."""
-    s = _session(ctx, dsn, schema, as_json)
+    s = session(ctx, dsn, schema, as_json)
     records = s.client().schedules.list()
     if s.as_json:
-        _emit([r.to_dict() for r in records])
+        emit([r.to_dict() for r in records])
         return
-    _table(["name", "cron", "tz", "task", "queue", "status", "catch-up", "last fire", "next fire",
-            "code"],
-           [[r.name, r.cron, r.timezone, r.task, r.queue, r.status, r.catch_up,
-             _time(r.last_fire_at), _time(r.next_fire_at), "yes" if r.declared else ""]
-            for r in records], "no schedules")
+    table(["name", "cron", "tz", "task", "queue", "status", "catch-up", "last fire", "next fire",
+           "code"],
+          [[r.name, r.cron, r.timezone, r.task, r.queue, r.status, r.catch_up,
+            timestamp(r.last_fire_at), timestamp(r.next_fire_at), "yes" if r.declared else ""]
+           for r in records], "no schedules")
 
 
 @schedule_app.command("get")
@@ -103,24 +104,24 @@ def get(ctx: typer.Context, name: Name,
     """Show a schedule as JSON, with its recent runs (job, status, outcome)."""
     if not 0 <= runs <= 1000:
         raise InvalidInput("--runs must be from 0 to 1000")
-    client = _session(ctx, dsn, schema, as_json).client()
+    client = session(ctx, dsn, schema, as_json).client()
     out = client.schedules.get(name).to_dict()
     out["runs"] = client.schedules.runs(name, limit=runs) if runs else []
-    _emit(out)
+    emit(out)
 
 
 @schedule_app.command("pause")
 def pause(ctx: typer.Context, name: Name, dsn: Dsn = None, schema: Schema = None,
           as_json: AsJson = False) -> None:
     """Pause a schedule: its slots are skipped until it is resumed."""
-    _emit(_session(ctx, dsn, schema, as_json).client().schedules.pause(name).to_dict())
+    emit(session(ctx, dsn, schema, as_json).client().schedules.pause(name).to_dict())
 
 
 @schedule_app.command("resume")
 def resume(ctx: typer.Context, name: Name, dsn: Dsn = None, schema: Schema = None,
            as_json: AsJson = False) -> None:
     """Resume a schedule from its next slot after now (no burst of missed slots)."""
-    _emit(_session(ctx, dsn, schema, as_json).client().schedules.resume(name).to_dict())
+    emit(session(ctx, dsn, schema, as_json).client().schedules.resume(name).to_dict())
 
 
 @schedule_app.command("delete")
@@ -129,8 +130,8 @@ def delete(ctx: typer.Context, name: Name,
                "--force", help="Also delete a schedule declared in code.")] = False,
            dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Delete a schedule (its jobs stay); refuses one declared in code unless --force."""
-    s = _session(ctx, dsn, schema, as_json)
-    _emit({**s.client().schedules.delete(name, force=force).to_dict(), "deleted": True})
+    s = session(ctx, dsn, schema, as_json)
+    emit({**s.client().schedules.delete(name, force=force).to_dict(), "deleted": True})
 
 
 @schedule_app.command("next")
@@ -143,7 +144,7 @@ def next_(ctx: typer.Context,
           count: Annotated[int, typer.Option(help="How many fire times (1..1000).")] = 5,
           as_json: AsJson = False) -> None:
     """Dry run: print the next fire times of an expression (no database needed)."""
-    s = _session(ctx, None, None, as_json)
+    s = session(ctx, None, None, as_json)
     if not 1 <= count <= 1000:
         raise InvalidInput("--count must be from 1 to 1000")
     zone = cron.zone(tz or "UTC")
@@ -157,7 +158,7 @@ def next_(ctx: typer.Context,
         times.append(nxt)
         t = nxt
     if s.as_json:
-        _emit([_rfc3339(x) for x in times])
+        emit([_rfc3339(x) for x in times])
         return
     if not times:
         typer.echo(f"{expr!r} never fires", err=True)

@@ -87,10 +87,6 @@ SELECT set_config('statement_timeout', %(ms)s, false)
 -- Give the lease up (on shutdown) so another master leads at once.
 DELETE FROM {schema}.scheduler_leader WHERE owner = %(owner)s
 
--- name: leader_get
--- The current leader lease, with the database clock.
-SELECT l.*, now() AS db_now FROM {schema}.scheduler_leader l
-
 -- name: schedules_due_soon
 -- Active schedules by next fire (the leader's work list), with the database clock.
 SELECT s.id, s.name, s.cron, s.timezone, s.catch_up, s.ends_at, s.next_fire_at, s.version,

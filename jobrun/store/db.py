@@ -6,7 +6,7 @@ import psycopg
 import psycopg.conninfo
 from psycopg.rows import dict_row
 
-from jobrun.config import redact, redact_text
+from jobrun.redact import redact, redact_text
 from jobrun.errors import Conflict, DatabaseUnavailable, InvalidInput, JobrunError, UnknownQueue
 
 _CONSTRAINT_MESSAGES = {

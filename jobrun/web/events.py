@@ -26,7 +26,7 @@ So the stream is a *summary*, computed on a clock, never per job:
 Events: ``snapshot`` (the first frame, on connect), ``summary`` (a changed frame), ``error``
 (the database cannot be read: ``{"error": ...}``; frames resume when it is back). Each
 ``data`` is one JSON object: ``{"seq", "at", "queues", "masters", "stale_masters", "failures",
-"inflight"}`` as in :meth:`jobrun.admin.top.Snapshot.to_dict`.
+"inflight"}`` as in :meth:`jobrun.observe.Snapshot.to_dict`.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from typing import Any
 
 from starlette.responses import StreamingResponse
 
-from jobrun.admin import top
 from jobrun.errors import JobrunError
 from jobrun.logs import event
+from jobrun.observe import Source
 from jobrun.sql import Queries
 from jobrun.web.summary import StreamSummary
 
@@ -110,7 +110,7 @@ class Summaries:
 
     @classmethod
     def for_database(cls, dsn: str, queries: Queries, interval: float = MIN_INTERVAL) -> "Summaries":
-        source = top.Source(dsn, queries)
+        source = Source(dsn, queries)
         summary = StreamSummary()
         return cls(lambda: source.run(summary.read), interval)
 

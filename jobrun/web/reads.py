@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from jobrun import ops, validate
-from jobrun.admin import top
+from jobrun import observe
 from jobrun.errors import InvalidInput, NotFound
 from jobrun.ops import Op, Step
 from jobrun.records import JobRecord
@@ -126,7 +126,7 @@ def attempt_log(q: Queries, job_id: int, attempt: int) -> Op:
 
 def workers(q: Queries) -> Op:
     """Live masters of the registry, with the tasks each serves (None: not reported)."""
-    rows = yield Step(q.observe_workers, {"stale_after": top.STALE_AFTER})
+    rows = yield Step(q.observe_workers, {"stale_after": observe.STALE_AFTER})
     return [{k: v for k, v in r.items() if k not in ("stale", "db_now")}
             for r in rows if not r["stale"]]
 
@@ -134,8 +134,8 @@ def workers(q: Queries) -> Op:
 def queues(q: Queries) -> Op:
     """Each declared queue's settings and live figures (what `jobrun top` shows)."""
     return (yield Step(q.observe_queues, {
-        "rate_window": top.RATE_WINDOW, "wait_window": top.WAIT_WINDOW,
-        "sample": top.WAIT_SAMPLE, "fail_window": top.FAIL_WINDOW}))
+        "rate_window": observe.RATE_WINDOW, "wait_window": observe.WAIT_WINDOW,
+        "sample": observe.WAIT_SAMPLE, "fail_window": observe.FAIL_WINDOW}))
 
 
 def _since(rows: list[dict[str, Any]], count: str) -> datetime | None:
@@ -160,7 +160,7 @@ def tasks(q: Queries, task: str | None = None) -> Op:
     if task is not None:
         validate.task_name(task)
     rows = yield Step(q.web_task_figures, {"window": TASK_WINDOW, "sample": TASK_SAMPLE,
-                                           "stale_after": top.STALE_AFTER, "task": task})
+                                           "stale_after": observe.STALE_AFTER, "task": task})
     kinds: dict[str, list[dict[str, Any]]] = {"finished": [], "runs": []}
     for r in rows:
         kinds.setdefault(r["kind"], []).append(r)

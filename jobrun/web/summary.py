@@ -1,6 +1,6 @@
 """The events stream's summary of the queue: the figures of ``jobrun top``, read cheaply.
 
-``jobrun top``'s frame (:func:`jobrun.admin.top.snapshot`) counts every job enqueued and
+``jobrun top``'s frame (:func:`jobrun.observe.snapshot`) counts every job enqueued and
 finished in the last 60 s and sorts a 2,000-job wait sample on each read; twice a second
 during a fast drain that cost the drain about 10 % of its throughput (docs/console.md). The
 stream reads the same shape of frame with work bounded by the queue's depth and by what moved
@@ -17,10 +17,10 @@ since its previous read (sql/stream.sql):
   way. A read's mark is its clock minus ``LAG`` s, so a completion that commits up to ``LAG``
   s after its ``finished_at`` is still counted; done/s trails the clock by ``LAG``.
 - **wait p50/p95** (start minus the time the job became runnable): over the newest
-  ``WAIT_SAMPLE`` waits per queue of jobs that finished in the last ``top.WAIT_WINDOW`` s, kept
+  ``WAIT_SAMPLE`` waits per queue of jobs that finished in the last ``observe.WAIT_WINDOW`` s, kept
   here between reads: each read adds at most ``WAIT_SAMPLE`` per queue from its range; the
   first read seeds them from the newest ``WAIT_SAMPLE`` finished jobs of all queues.
-- **failures**: failed attempts in the last ``top.FAIL_WINDOW`` s (a partial index on failed
+- **failures**: failed attempts in the last ``observe.FAIL_WINDOW`` s (a partial index on failed
   attempts); masters, latest failures and schedules as in ``jobrun top``.
 
 Approximations, by design: a job enqueued in a transaction that commits after a read which
@@ -40,10 +40,10 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from jobrun.admin import top
+from jobrun import observe
 from jobrun.sql import Queries
 
-RATE_WINDOW = top.RATE_WINDOW  # seconds of reads behind enqueued/s and done/s
+RATE_WINDOW = observe.RATE_WINDOW  # seconds of reads behind enqueued/s and done/s
 LAG = 1.0                      # seconds done/s trails the clock (late commits still count)
 WAIT_SAMPLE = 500              # waits kept per queue
 MAX_GAP = 15.0                 # seconds between reads after which the marks start afresh
@@ -80,22 +80,22 @@ class StreamSummary:
         self.waits: dict[str, deque[tuple[datetime, float]]] = {}
 
     def read(self, conn: psycopg.Connection, q: Queries) -> dict[str, Any]:
-        """One frame (the shape of :meth:`jobrun.admin.top.Snapshot.to_dict`), in one read-only
+        """One frame (the shape of :meth:`jobrun.observe.Snapshot.to_dict`), in one read-only
         snapshot transaction."""
         with conn.transaction():
             conn.execute(q.observe_begin_snapshot)
             rows = conn.execute(q.stream_queues, {"lag": LAG,
-                                                  "fail_window": top.FAIL_WINDOW}).fetchall()
+                                                  "fail_window": observe.FAIL_WINDOW}).fetchall()
             now, mark = time.monotonic(), rows[0]["mark"]
             if self.read_at is None or now - self.read_at > MAX_GAP:
                 self._start(conn, q, mark)
             else:
                 self._advance(conn, q, mark, now)
             self.read_at = now
-            masters, stale = top.workers(conn, q)
-            snap = top.Snapshot(
+            masters, stale = observe.workers(conn, q)
+            snap = observe.Snapshot(
                 at=rows[0]["now"], queues=[self._view(r, now) for r in rows if r["queue"]],
-                masters=masters, stale_masters=stale, failures=top.latest_failures(conn, q),
+                masters=masters, stale_masters=stale, failures=observe.latest_failures(conn, q),
                 schedules=conn.execute(q.schedules_for_top, {"limit": 20}).fetchall())
         return {**snap.to_dict(), "rate_seconds": self._span(now) or None}
 
@@ -104,7 +104,7 @@ class StreamSummary:
         self.mark = mark
         self.moves.clear()
         self.waits = {}
-        rows = conn.execute(q.stream_recent_waits, {"upto": mark, "window": top.WAIT_WINDOW,
+        rows = conn.execute(q.stream_recent_waits, {"upto": mark, "window": observe.WAIT_WINDOW,
                                                     "sample": WAIT_SAMPLE}).fetchall()
         for r in reversed(rows):  # oldest first
             self.waits.setdefault(r["queue"], deque(maxlen=WAIT_SAMPLE)).append(
@@ -133,12 +133,12 @@ class StreamSummary:
         """Seconds the reads of the rate window cover (0.0 before the second read)."""
         return now - self.moves[0].since if self.moves else 0.0
 
-    def _view(self, row: dict[str, Any], now: float) -> top.QueueView:
+    def _view(self, row: dict[str, Any], now: float) -> observe.QueueView:
         name = row["queue"]
         span = self._span(now)
         waits = self._recent_waits(name, row["mark"])
         p50, p95 = percentiles(waits)
-        return top.QueueView(
+        return observe.QueueView(
             queue=name, paused=row["paused"], concurrency=row["concurrency"],
             queued=row["queued"], scheduled=row["scheduled"], leased=row["leased"],
             oldest_age=row["oldest_age"],
@@ -155,6 +155,6 @@ class StreamSummary:
         kept = self.waits.get(queue)
         if not kept:
             return []
-        while kept and (mark - kept[0][0]).total_seconds() > top.WAIT_WINDOW:
+        while kept and (mark - kept[0][0]).total_seconds() > observe.WAIT_WINDOW:
             kept.popleft()
         return [w for _, w in kept]

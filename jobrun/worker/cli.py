@@ -13,7 +13,7 @@ import sys
 
 from setproctitle import setproctitle
 
-from jobrun.config import title_without_secrets
+from jobrun.redact import title_without_secrets
 
 
 def hide_secrets_in_title() -> None:

@@ -13,7 +13,7 @@ from psycopg import sql
 
 from jobrun.sql import for_schema
 from jobrun.testing import wait_for
-from jobrun.admin import top
+from jobrun import observe
 from tests.dbview import Db, enqueue
 from tests.masterproc import http_get, metrics_url
 
@@ -152,7 +152,7 @@ def test_a_masters_own_queue_limit_and_what_it_reports(master, client, db, pg_ds
     assert held and int(held.group(1)) > 0, body
     # jobrun top reads the same from the database: the limit, and the claims held back.
     views = {v.queue: v for v in wait_for(
-        lambda: (lambda vs: vs if any(v.held for v in vs) else None)(top.queues(
+        lambda: (lambda vs: vs if any(v.held for v in vs) else None)(observe.queues(
             db.conn, for_schema(db.schema))), timeout=30, message="held counts in the registry")}
     assert views["emails"].limits == "c=50" and views["emails"].held.startswith("master_limit ")
 

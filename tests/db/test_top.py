@@ -24,6 +24,7 @@ import pytest
 from psycopg import sql
 from rich.console import Console
 
+from jobrun import observe
 from jobrun.admin import top
 from jobrun.store import db
 from jobrun.sql import for_schema
@@ -157,7 +158,7 @@ def scene(client, execute):
 # --- data functions -----------------------------------------------------------------------
 
 def test_queue_numbers(scene, conn, q):
-    views = {v.queue: v for v in top.queues(conn, q)}
+    views = {v.queue: v for v in observe.queues(conn, q)}
     assert list(views) == ["bulk", "default", "emails"]
     d, e, b = views["default"], views["emails"], views["bulk"]
     assert (d.queued, d.scheduled, d.leased, d.paused) == (3, 2, 1, False)
@@ -177,7 +178,7 @@ def test_queue_numbers(scene, conn, q):
 
 
 def test_latest_failures_newest_first_with_first_error_line(scene, conn, q):
-    got = top.latest_failures(conn, q, limit=3)
+    got = observe.latest_failures(conn, q, limit=3)
     assert [(f.id, f.queue, f.outcome, f.error) for f in got] == [
         (scene["ok"][0], "default", "failed", "ValueError: boom"),
         (scene["mail"], "emails", "lease_expired",
@@ -185,11 +186,11 @@ def test_latest_failures_newest_first_with_first_error_line(scene, conn, q):
         (scene["ok"][1], "default", "timeout", "hard time limit (30 s)"),
     ]
     assert got[1].task == "mail.send" and 30.0 <= got[0].age <= 30.0 + SLACK
-    assert len(top.latest_failures(conn, q, limit=10)) == 4  # the 400 s old one is out
+    assert len(observe.latest_failures(conn, q, limit=10)) == 4  # the 400 s old one is out
 
 
 def test_workers_excludes_stale_and_reads_inflight(scene, conn, q):
-    live, stale = top.workers(conn, q)
+    live, stale = observe.workers(conn, q)
     assert stale == 1
     assert [(m.host, m.pid, m.busy, m.concurrency, m.queues) for m in live] == [
         ("alpha", 101, 2, 4, ["default"]), ("beta", 202, 0, 8, ["default", "emails"])]
@@ -201,11 +202,11 @@ def test_workers_excludes_stale_and_reads_inflight(scene, conn, q):
     assert 7.0 <= alpha.inflight[0].elapsed <= 7.0 + SLACK
     assert beta.inflight == []
     # A stricter staleness bound hides alpha too (seen 20 s ago), not beta (seen now).
-    assert [m.host for m in top.workers(conn, q, stale_after=SLACK)[0]] == ["beta"]
+    assert [m.host for m in observe.workers(conn, q, stale_after=SLACK)[0]] == ["beta"]
 
 
 def test_snapshot_is_one_consistent_frame(scene, conn, q):
-    snap = top.snapshot(conn, q)
+    snap = observe.snapshot(conn, q)
     assert [v.queue for v in snap.queues] == ["bulk", "default", "emails"]
     assert [m.host for m in snap.masters] == ["alpha", "beta"] and snap.stale_masters == 1
     assert [j.task for j in snap.inflight] == ["t.work", "t.other"]  # longest running first
@@ -216,7 +217,7 @@ def test_snapshot_is_one_consistent_frame(scene, conn, q):
 
 
 def test_empty_schema(schema, conn, q):
-    snap = top.snapshot(conn, q)
+    snap = observe.snapshot(conn, q)
     assert (snap.masters, snap.stale_masters, snap.failures, snap.inflight) == ([], 0, [], [])
     [v] = snap.queues
     assert (v.queue, v.queued, v.scheduled, v.leased, v.oldest_age, v.wait_p50, v.failures) == (
@@ -224,7 +225,7 @@ def test_empty_schema(schema, conn, q):
 
 
 def test_queue_sort_orders(scene, conn, q):
-    snap = top.snapshot(conn, q)
+    snap = observe.snapshot(conn, q)
     orders = {s: [v.queue for v in sorted(snap.queues, key=top._sort_key(s))] for s in top.SORTS}
     assert orders == {"queue": ["bulk", "default", "emails"],
                       "queued": ["default", "emails", "bulk"],
@@ -437,9 +438,10 @@ def test_top_shows_database_errors_and_recovers(schema, pty_top, execute):
 
 def test_render_caps_inflight_rows_to_the_screen():
     at = datetime.now(timezone.utc)
-    jobs = [top.InFlight(i, f"t.job{i}", i, 1000 + i, float(i), "h", 1) for i in range(30)]
-    master = top.Master("h:1:n", "h", 1, None, ["default"], 30, 30, None, at, at, 5.0, 0.0, jobs)
-    snap = top.Snapshot(at=at, queues=[], masters=[master], stale_masters=0, failures=[])
+    jobs = [observe.InFlight(i, f"t.job{i}", i, 1000 + i, float(i), "h", 1) for i in range(30)]
+    master = observe.Master("h:1:n", "h", 1, None, ["default"], 30, 30, None, at, at, 5.0, 0.0,
+                            jobs)
+    snap = observe.Snapshot(at=at, queues=[], masters=[master], stale_masters=0, failures=[])
     console = Console(width=120, record=True)
     console.print(top.render(snap, max_inflight=5))
     text = console.export_text()

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from jobrun import config
 from jobrun.errors import InvalidInput
+from jobrun.redact import redact
 
 
 @pytest.fixture(autouse=True)
@@ -145,11 +146,11 @@ def test_bad_flag_names_the_flag():
 
 
 def test_redact_url_and_keyword_dsns():
-    assert config.redact("postgresql://bob:hunter2@db.example:6543/app") == "db.example:6543/app"
-    assert config.redact("host=db.example port=6543 dbname=app user=bob password=hunter2") == \
+    assert redact("postgresql://bob:hunter2@db.example:6543/app") == "db.example:6543/app"
+    assert redact("host=db.example port=6543 dbname=app user=bob password=hunter2") == \
         "db.example:6543/app"
-    assert config.redact("postgresql://bob@/app?host=/run/pg&password=hunter2") == "/run/pg:5432/app"
-    assert config.redact("this is not a dsn ' password=hunter2") == "<unparsable database URL>"
+    assert redact("postgresql://bob@/app?host=/run/pg&password=hunter2") == "/run/pg:5432/app"
+    assert redact("this is not a dsn ' password=hunter2") == "<unparsable database URL>"
 
 
 passwords = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=4,
@@ -166,7 +167,7 @@ def test_redact_never_shows_the_password_in_urls(password, host, port, dbname):
         url = f"postgresql://bob:{quote(password, safe='')}@/{dbname}?host={quote(host)}&port={port}"
     else:
         url = f"postgresql://bob:{quote(password, safe='')}@{host}:{port}/{dbname}"
-    shown = config.redact(url)
+    shown = redact(url)
     assert password not in shown
     assert quote(password, safe="") not in shown
     assert shown == expected_visible
@@ -176,7 +177,7 @@ def test_redact_never_shows_the_password_in_urls(password, host, port, dbname):
 def test_redact_never_shows_the_password_in_keyword_dsns(password, port):
     escaped = password.replace("\\", "\\\\").replace("'", "\\'")
     dsn = f"host=db.internal port={port} dbname=app user=bob password='{escaped}'"
-    shown = config.redact(dsn)
+    shown = redact(dsn)
     assume(password not in f"db.internal:{port}/app")
     assert password not in shown
     assert shown == f"db.internal:{port}/app"

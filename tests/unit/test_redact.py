@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobrun import config
+from jobrun.redact import redact, title_without_secrets
 from jobrun.errors import JobrunError
 from jobrun.store import db
 
@@ -24,11 +24,11 @@ def test_connect_errors_never_show_the_password(dsn, secret):
     with pytest.raises(JobrunError) as info:
         db.connect(dsn, connect_timeout=5)
     assert secret not in str(info.value)
-    assert secret not in config.redact(dsn)
+    assert secret not in redact(dsn)
 
 
 def test_title_hides_dsn_values():
-    title = config.title_without_secrets(
+    title = title_without_secrets(
         ["jobrun-master", "-A", "app", "--dsn", "postgresql://u:Hunter22@h/db",
          "--dsn=postgresql://u:Other99@h/db", "postgresql://x:Third77@h/db"])
     assert "Hunter22" not in title and "Other99" not in title and "Third77" not in title
