@@ -17,8 +17,8 @@ of statement at its own pace; what they share is this ``Connector``:
   instant after a database restart); ``pause()`` sleeps it.
 - ``DbHealth``: the last good round trip (monotonic clock), the consecutive failures, the
   last error's first line (redacted: no password). Every part reports to the master's one
-  instance, from the event loop or from the heartbeater's thread; /healthz and
-  ``jobrun health`` read it.
+  instance, from the event loop or from the heartbeater's thread; /healthz (so
+  ``jobrun health``) and the master's registry row read it.
 
 tests/fakedb.py has a ``FakeConnector`` whose connections are scripted, for unit tests.
 """
@@ -62,8 +62,12 @@ class HealthReport:
     error: str | None  # the last failure's first line, redacted
 
     def as_dict(self) -> dict[str, Any]:
-        return {"seconds_since_db": round(self.seconds_since_ok, 3),
-                "db_failures": self.failures, "db_error": self.error}
+        """The fields of /healthz."""
+        return {"seconds_since_db": round(self.seconds_since_ok, 3), **self.as_row()}
+
+    def as_row(self) -> dict[str, Any]:
+        """The columns of the master's registry row (worker/registry.py)."""
+        return {"db_failures": self.failures, "db_error": self.error}
 
 
 class DbHealth:

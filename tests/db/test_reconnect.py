@@ -16,6 +16,7 @@ from jobrun.store.connector import Connector
 from jobrun.testing import wait_for, wait_for_async
 from jobrun.worker.completer import Completer, Completion
 from jobrun.worker.heartbeat import Heartbeater, Lease
+from jobrun.worker.registry import Registry
 
 from tests.dbview import lease
 
@@ -84,3 +85,32 @@ def test_parts_whose_backends_are_terminated_reconnect_through_the_seam(pg_dsn, 
     assert report.failures == 0 and report.seconds_since_ok < 5
     assert report.error  # the last error: the completer's lost connection
     assert [client.get(i).status for i in ids] == ["succeeded", "succeeded", "leased"]
+
+
+def test_the_registry_row_carries_the_database_health(pg_dsn, schema):
+    """The registry writes the master's health into its row: the failures other parts reported
+    before its refresh, then none once its own round trips went through."""
+    connector = Connector(pg_dsn)
+    connector.failed(psycopg.OperationalError("connection to postgresql://u:Pw7x@h/d refused"))
+    row = {"owner": "h:1:seam", "host": "h", "pid": 1, "app": None, "queues": ["default"],
+           "concurrency": 1, "busy": 0, "version": "test", "inflight": [], "tasks": [],
+           "held": "{}"}
+
+    def stored() -> dict | None:
+        with psycopg.connect(pg_dsn, row_factory=dict_row) as conn:
+            return conn.execute(f'SELECT db_failures, db_error FROM "{schema}".workers').fetchone()
+
+    async def scenario() -> tuple[dict, dict]:
+        registry = Registry(connector, for_schema(schema), row=lambda: dict(row),
+                            on_depth=lambda rows: None, interval=0.05)
+        registry.start()
+        first = await wait_for_async(stored, 10, message="the registry row")
+        later = await wait_for_async(lambda: (lambda r: r if r and r["db_failures"] == 0
+                                              else None)(stored()), 10, message="a refresh")
+        await registry.stop()
+        return first, later
+
+    first, later = asyncio.run(scenario())
+    assert first["db_failures"] == 1 and "refused" in first["db_error"]
+    assert "Pw7x" not in first["db_error"]
+    assert later["db_error"] == first["db_error"]  # the last error, kept after the recovery
