@@ -110,7 +110,6 @@ class PeriodicDbService(Service):
                  on_db_ok: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
-        self.dsn = self.db.dsn
         self.on_db_error = on_db_error
         self.on_db_ok = on_db_ok
 
