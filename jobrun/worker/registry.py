@@ -1,7 +1,7 @@
 """The worker registry and the queue-depth cache, refreshed every few seconds.
 
 Each master keeps one row in ``workers`` (host, pid, app, queues, concurrency, busy children,
-in-flight jobs, version, started, last seen, its database health) and deletes it when it stops; rows of masters
+in-flight jobs, version, started, last seen) and deletes it when it stops; rows of masters
 that died without a word go stale and are purged by any master. The same loop refreshes the
 cached queue depth that /metrics serves, so a scrape never queries the database; with a deep
 backlog that count is refreshed less often, so that the counts of all live masters together
@@ -51,7 +51,7 @@ class Registry(PeriodicDbService):
     async def tick(self, conn: psycopg.AsyncConnection) -> float:
         row = self.row()
         row["inflight"] = json.dumps(row["inflight"])
-        row.update(self.db.health.report().as_row())  # what this master's connections saw
+        row.update(self.db.health.report().as_row())  # and its database health (connector)
         await conn.execute(self.q.registry_upsert, row)
         cur = await conn.execute(self.q.registry_purge_stale, {"stale": STALE_AFTER})
         live = (await cur.fetchone())["live"]
