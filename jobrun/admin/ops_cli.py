@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import urllib.error
 import urllib.request
@@ -107,20 +108,56 @@ def health(addr: Annotated[Optional[str], typer.Option(
                "--addr", metavar="HOST:PORT", show_default=False,
                help="A master's metrics address (default: metrics_addr, 127.0.0.1:9110).")] = None,
            timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait.")] = 5.0) -> None:
-    """Exit 0 when the master at ADDR is ready (/readyz answers 200), else 1."""
+    """Exit 0 when the master at ADDR is ready (/readyz answers 200), else 1; either way, say
+    how its database connections fare (/healthz)."""
     target = addr or config.load().metrics_addr
     url = f"http://{target}/readyz"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             body = response.read().decode(errors="replace").strip()
             typer.echo(f"{target}: {body or 'ready'}")
+            _database_health(target, timeout, err=False)
             return
     except urllib.error.HTTPError as exc:
         typer.echo(f"{target}: not ready ({exc.code})", err=True)
+        _database_health(target, timeout, err=True)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         typer.echo(f"{target}: unreachable ({reason})", err=True)
     raise typer.Exit(1)
+
+
+def _database_health(target: str, timeout: float, err: bool) -> None:
+    """Print the master's database health from /healthz (503 has the same body), if it
+    answers."""
+    try:
+        with urllib.request.urlopen(f"http://{target}/healthz", timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+    except (urllib.error.URLError, OSError, ValueError):
+        return
+    try:
+        report = json.loads(body)
+    except ValueError:
+        return
+    line = database_line(report)
+    if line:
+        typer.echo(line, err=err)
+
+
+def database_line(report: dict) -> str | None:
+    """One line on the database from a master's /healthz report (store.connector's health):
+    when it was last reached, the failures since, and the last error while it fails."""
+    if not isinstance(report, dict) or "seconds_since_db" not in report:
+        return None
+    since = f"last reached {report['seconds_since_db']:.1f} s ago"
+    failures = report.get("db_failures") or 0
+    state = "ok" if report.get("database_ok", True) else "NOT reached recently"
+    if not failures:
+        return f"database: {state}, {since}"
+    return (f"database: {state}, {since}, {failures} failure{'s' if failures != 1 else ''}"
+            f" in a row, the last: {report.get('db_error') or 'unknown'}")
 
 
 def _state_dir(ctx: typer.Context, state_dir: Path | None) -> Path:

@@ -511,13 +511,13 @@ RETURNING job_id
 -- name: registry_upsert
 -- Insert or refresh this master's row in the worker registry.
 INSERT INTO {schema}.workers (owner, host, pid, app, queues, concurrency, busy, version, inflight,
-                             tasks, held)
+                             tasks, held, db_failures, db_error)
 VALUES (%(owner)s, %(host)s, %(pid)s, %(app)s, %(queues)s, %(concurrency)s, %(busy)s,
-        %(version)s, %(inflight)s::jsonb, %(tasks)s, %(held)s::jsonb)
+        %(version)s, %(inflight)s::jsonb, %(tasks)s, %(held)s::jsonb, %(db_failures)s, %(db_error)s)
 ON CONFLICT (owner) DO UPDATE
    SET queues = EXCLUDED.queues, concurrency = EXCLUDED.concurrency, busy = EXCLUDED.busy,
        inflight = EXCLUDED.inflight, tasks = EXCLUDED.tasks, held = EXCLUDED.held,
-       last_seen = now()
+       db_failures = EXCLUDED.db_failures, db_error = EXCLUDED.db_error, last_seen = now()
 
 -- name: registry_delete
 -- Remove this master's row at shutdown.

@@ -35,6 +35,11 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def error_line(exc: BaseException, dsn: str | None = None) -> str:
+    """The first line of ``exc``, fit for a log line or a health report: no password."""
+    return redact_text(first_line(exc), dsn)
+
+
 def translate(exc: psycopg.Error, dsn: str | None = None, schema: str | None = None) -> JobrunError:
     """Map a psycopg error to the jobrun error a user should read (never showing a password)."""
     error = _translate(exc, dsn, schema)

@@ -30,7 +30,8 @@ from jobrun.policy import dispatch, prefetch
 from jobrun.sql import Queries
 from jobrun.store import db, direct
 from jobrun.worker.dispatcher import Dispatcher
-from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
+from jobrun.store.connector import CLAIMS, Connector
+from jobrun.worker.lifecycle import Service, backoff_sleep
 from jobrun.worker.metrics import Metrics
 from jobrun.worker.supervisor import Child, ChildState, Inflight
 
@@ -43,12 +44,12 @@ Batch = dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]]
 class Claimer(Service):
     name = "claimer"
 
-    def __init__(self, dsn: str, queries: Queries, owner: str, settings: Settings,
+    def __init__(self, dsn: str | Connector, queries: Queries, owner: str, settings: Settings,
                  dispatcher: Dispatcher, metrics: Metrics,
                  on_db_ok: Callable[[], None],
                  unwritten: Callable[[], list[Any]] = list) -> None:
         super().__init__()
-        self.dsn = dsn
+        self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
         self.q = queries
         self.owner = owner
         self._frames = protocol.JobFrames(owner)
@@ -87,7 +88,7 @@ class Claimer(Service):
 
     async def connect(self) -> None:
         """Open the claim connection, and warn if this host's clock is off the database's."""
-        self.conn = await db.connect_async(self.dsn, prepare_threshold=0)
+        self.conn = await self.db.connect(CLAIMS)
         cur = await self.conn.execute(self.q.db_now)
         skew = time.time() - (await cur.fetchone())["clock"].timestamp()
         if abs(skew) > 2.0:
@@ -162,7 +163,7 @@ class Claimer(Service):
             child.state = S.RESERVED
         announced = self._announced
         try:
-            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
+            self.conn = await self.db.reconnect(self.conn, CLAIMS)
             rows = await self._claim(s, limit)
             self._last_claim = time.monotonic()
             self.on_db_ok()
@@ -178,6 +179,7 @@ class Claimer(Service):
                 if child.state is S.RESERVED:
                     child.state = S.IDLE
             self.metrics.db_errors.labels("claim").inc()
+            self.db.failed(exc)
             event(log, logging.WARNING, "claim.failed", error=db.first_line(exc), retry=failures + 1)
             await backoff_sleep(failures + 1)
             self.wake()
@@ -413,7 +415,7 @@ class Claimer(Service):
     async def unclaim(self, rows: list[dict[str, Any]]) -> None:
         """Give back claimed jobs no child started (one statement)."""
         try:
-            self.conn = await reconnect_if_broken(self.conn, self.dsn, prepare_threshold=0)
+            self.conn = await self.db.reconnect(self.conn, CLAIMS)
             await self.conn.execute(self.q.unclaim, {
                 "ids": [row["id"] for row in rows], "tokens": [row["lease_token"] for row in rows],
                 "owner": self.owner})

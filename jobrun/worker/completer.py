@@ -28,7 +28,8 @@ import psycopg
 
 from jobrun.store import db, direct
 from jobrun.store.arrays import Float8s, Int4s, Int8s, Texts
-from jobrun.worker.lifecycle import Service, backoff_sleep, reconnect_if_broken
+from jobrun.store.connector import COMPLETIONS, Connector
+from jobrun.worker.lifecycle import Service
 from jobrun.logs import event
 from jobrun.sql import Queries
 
@@ -64,7 +65,7 @@ class Completion:
 class Completer(Service):
     name = "completer"
 
-    def __init__(self, dsn: str, queries: Queries, owner: str, host: str, pid: int,
+    def __init__(self, dsn: str | Connector, queries: Queries, owner: str, host: str, pid: int,
                  on_refused: Callable[[list[Completion]], None] | None = None,
                  on_recorded: Callable[[list[Completion]], None] | None = None,
                  on_db_error: Callable[[], None] | None = None,
@@ -72,8 +73,8 @@ class Completer(Service):
                  on_db_ok: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.linger = linger  # seconds the next flush waits for its batch to fill, now
-        self.dsn = dsn
-        self._options = db.session_options(dsn, db.BY_ID_SETTINGS)
+        self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
+        self._session = self.db.session(COMPLETIONS)  # prepared, rows looked up by id
         self.q = queries
         # Numbered parameters, typed arrays, prepared, run on libpq directly
         # (jobrun/store/direct.py): nothing of the statement or its parameters is worked out
@@ -94,10 +95,14 @@ class Completer(Service):
         self._draining = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._conn: psycopg.AsyncConnection | None = None
         self._last_end = 0.0  # monotonic: when the last statement ended
         self.batches = 0
         self.refused = 0
+
+    @property
+    def _conn(self) -> psycopg.AsyncConnection | None:
+        """The connection, while there is one (tests read its prepared statement's plan)."""
+        return self._session.conn
 
     def submit(self, completion: Completion) -> None:
         self.pending.append(completion)
@@ -137,8 +142,7 @@ class Completer(Service):
                         self._hurry.clear()
                 self._idle.set()
         finally:
-            if self._conn is not None:
-                await self._conn.close()
+            await self._session.close()
 
     async def _linger(self) -> None:
         """With a backlog, let the batch fill: the next statement starts ``linger()`` after the
@@ -168,11 +172,11 @@ class Completer(Service):
         failures = 0
         while True:
             try:
-                self._conn = await reconnect_if_broken(self._conn, self.dsn, prepare_threshold=0,
-                                                       options=self._options)
-                accepted = {row["job_id"] for row in await self._statement.rows(self._conn, values)}
+                conn = await self._session.get()
+                accepted = {row["job_id"] for row in await self._statement.rows(conn, values)}
                 break
             except Exception as exc:  # noqa: BLE001 - kept and retried, whatever it was
+                self.db.failed(exc)
                 if self.on_db_error:
                     self.on_db_error()
                 failures += 1
@@ -183,7 +187,8 @@ class Completer(Service):
                 event(log, logging.ERROR if statement else logging.WARNING,
                       "complete.failed" if statement else "complete.retry",
                       error=db.first_line(exc), jobs=len(batch), retry=failures)
-                await backoff_sleep(failures)
+                await self.db.pause(failures)
+        self.db.succeeded()
         if self.on_db_ok:
             self.on_db_ok()
         self.batches += 1

@@ -38,10 +38,11 @@ from typing import Callable
 import psycopg
 
 from jobrun.store import db
+from jobrun.store.connector import HEARTBEATS, Connector
 from jobrun.logs import event
 from jobrun.policy import heartbeat_period, lease_deadline, retry_wait
 from jobrun.sql import Queries
-from jobrun.worker.lifecycle import Service, usable
+from jobrun.worker.lifecycle import Service
 
 log = logging.getLogger("jobrun.heartbeat")
 
@@ -81,13 +82,14 @@ class Heartbeater(Service):
 
     name = "heartbeater"
 
-    def __init__(self, dsn: str, queries: Queries, owner: str, ttl: float,
+    def __init__(self, dsn: str | Connector | None, queries: Queries, owner: str, ttl: float,
                  leases: Callable[[], list[Lease]], loop_alive: Callable[[float], bool],
                  on_fence: Callable[[Lease, str], None], grace: float | None = None,
                  on_db_error: Callable[[], None] | None = None,
                  on_db_ok: Callable[[], None] | None = None) -> None:
         super().__init__()
-        self.dsn = dsn
+        self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
+        self._session = self.db.sync_session(HEARTBEATS)  # used by the thread alone
         self.q = queries
         self.owner = owner
         self.ttl = ttl
@@ -102,7 +104,6 @@ class Heartbeater(Service):
         self.clock = time.monotonic  # injected by tests that drive tick() themselves
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._conn: psycopg.Connection | None = None
         self._renewed: dict[tuple[int, int], float] = {}
         self._fenced: dict[tuple[int, int], float] = {}  # -> kill deadline
         self._cancel_sent: set[tuple[int, int]] = set()
@@ -112,6 +113,11 @@ class Heartbeater(Service):
         self.failures = 0
 
     # --- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def _conn(self) -> psycopg.Connection | None:
+        """The thread's connection, while there is one (tests read its plans)."""
+        return self._session.conn
 
     def reconfigure(self, settings) -> None:
         # Plain attribute writes: the thread reads them at its next beat.
@@ -144,8 +150,7 @@ class Heartbeater(Service):
             while not self._stop.wait(self._next_wait()):
                 self.tick(self.clock())
         finally:
-            if self._conn is not None:
-                self._conn.close()
+            self._session.close()
 
     def _next_wait(self) -> float:
         wait = self.period
@@ -207,19 +212,21 @@ class Heartbeater(Service):
                 break
             except Exception as exc:  # noqa: BLE001 - database trouble: the deadline decides
                 self.failures += 1
+                self.db.failed(exc)
                 if self.on_db_error:
                     self.on_db_error()
-                broken = not usable(self._conn)
+                broken = not self._session.usable
                 event(log, logging.WARNING, "heartbeat.failed", error=db.first_line(exc),
                       leases=len(leases), reconnect=broken and not retry)
                 if broken:
-                    self._conn = None
+                    self._session.drop()
                 if retry or not broken:
                     return True
         if rows is None:
             return True
         self._retry_due = None
         self.beats += 1
+        self.db.succeeded()
         if self.on_db_ok:
             self.on_db_ok()
         held = {row["id"]: row["cancel_requested"] for row in rows}
@@ -254,14 +261,13 @@ class Heartbeater(Service):
         """Renew ``leases`` by ``deadline`` (monotonic), or raise. The server's
         statement_timeout cannot bound a connection whose packets go nowhere, so a timer cuts
         the socket itself at the deadline (the blocked call then fails at once)."""
-        if not usable(self._conn):
-            timeout_ms = int(max(0.5, self.period * 0.8) * 1000)
-            # libpq's connect_timeout is whole seconds (2 at least): a connect may overrun the
-            # deadline by that much, and then the statement is not tried.
-            settings = {**db.BY_ID_SETTINGS, "statement_timeout": str(timeout_ms)}
-            self._conn = db.connect(self.dsn, options=db.session_options(self.dsn, settings),
-                                    connect_timeout=max(2, int(deadline - self.clock() + 1)))
-        conn = self._conn
+        # The settings and the timeout apply when a connection is opened (the statement
+        # timeout follows the period, which a SIGHUP may change). libpq's connect_timeout is
+        # whole seconds (2 at least): a connect may overrun the deadline by that much, and then
+        # the statement is not tried.
+        timeout_ms = int(max(0.5, self.period * 0.8) * 1000)
+        conn = self._session.get({"statement_timeout": str(timeout_ms)},
+                                 connect_timeout=max(2, int(deadline - self.clock() + 1)))
         timer = threading.Timer(max(0.0, deadline - self.clock()), _cut, args=(conn,))
         timer.daemon = True
         timer.start()

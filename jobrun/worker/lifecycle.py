@@ -11,19 +11,22 @@ a half-alive master that claims jobs whose outcomes are never written is worse t
 ``PeriodicDbService`` is a part that does one unit of database work at a time on a connection
 of its own (the reaper, the aging sweeper, the worker registry): it reconnects when the
 connection broke, logs a failed unit and retries it after a backoff, and waits as long as the
-unit asks between units.
+unit asks between units. Its connection, backoff and health reports go through the master's
+store.connector.Connector.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from typing import Any, Callable
 
 import psycopg
 
 from jobrun.logs import event
 from jobrun.store import db
+from jobrun.store.connector import BASE, CAP, Connector, backoff
 
 log = logging.getLogger("jobrun.master")
 
@@ -95,17 +98,18 @@ class Service:
 class PeriodicDbService(Service):
     """Runs ``tick(conn)`` again and again on a connection of its own, waiting the seconds it
     returns between two. A tick that raises (the database away, a statement refused) is logged
-    as ``<name>.failed`` on ``logger``, counted by ``on_db_error`` and retried after a backoff
-    that grows with consecutive failures, on a new connection if the old one broke. A tick that
-    went through calls ``on_db_ok``; when the part stops, ``finish(conn)`` runs before its
-    connection is closed."""
+    as ``<name>.failed`` on ``logger``, counted by ``on_db_error`` and in the master's database
+    health, and retried after a backoff that grows with consecutive failures, on a new
+    connection if the old one broke (store.connector). A tick that went through counts as a
+    good round trip (and calls ``on_db_ok``); when the part stops, ``finish(conn)`` runs before
+    its connection is closed."""
 
     logger = log
 
-    def __init__(self, dsn: str, on_db_error: Callable[[], None] | None = None,
+    def __init__(self, dsn: "str | Connector", on_db_error: Callable[[], None] | None = None,
                  on_db_ok: Callable[[], None] | None = None) -> None:
         super().__init__()
-        self.dsn = dsn
+        self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
         self.on_db_error = on_db_error
         self.on_db_ok = on_db_ok
 
@@ -118,37 +122,39 @@ class PeriodicDbService(Service):
 
     async def _run(self) -> None:
         failures = 0
-        conn: psycopg.AsyncConnection | None = None
+        session = self.db.session()
         try:
             while True:
                 try:
-                    conn = await reconnect_if_broken(conn, self.dsn)
-                    wait = await self.tick(conn)
+                    wait = await self.tick(await session.get())
                     failures = 0
+                    self.db.succeeded()
                     if self.on_db_ok:
                         self.on_db_ok()
                 except Exception as exc:  # noqa: BLE001 - log, back off, go on
                     failures += 1
+                    self.db.failed(exc)
                     if self.on_db_error:
                         self.on_db_error()
                     event(self.logger, logging.WARNING, f"{self.name}.failed",
                           error=db.first_line(exc), retry=failures)
-                    await backoff_sleep(failures)
+                    await self.db.pause(failures)
                     continue
                 await asyncio.sleep(wait)  # the part's period
         finally:
             try:
-                await self.finish(conn)
+                await self.finish(session.conn)
             finally:
-                if conn is not None:
-                    await conn.close()
+                await session.close()
 
 
-async def backoff_sleep(attempt: int, base: float = 0.1, cap: float = 5.0) -> None:
-    """Wait before retrying a failed database operation (a retry pause, not synchronisation)."""
-    await asyncio.sleep(min(cap, base * (2 ** min(attempt, 10))))
+async def backoff_sleep(attempt: int, base: float = BASE, cap: float = CAP) -> None:
+    """Wait before retrying a failed database operation (a retry pause, not synchronisation):
+    store.connector.backoff, jittered."""
+    await asyncio.sleep(backoff(attempt, random.random(), base, cap))
 
 
-# The reconnect idiom, shared with the clients (store.db).
+# The reconnect idiom, shared with the clients (store.db); the master's parts use
+# store.connector.
 usable = db.usable
 reconnect_if_broken = db.reconnect_async

@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import socket
-import time
 import uuid
 from dataclasses import replace
 from typing import Any, Callable
@@ -34,6 +33,7 @@ from jobrun.errors import JobrunError
 from jobrun.logs import event
 from jobrun.policy import database_reached, reap_interval
 from jobrun.sql import for_schema
+from jobrun.store.connector import Connector
 from jobrun.worker import teardown
 from jobrun.worker.aging import AgingSweeper
 from jobrun.worker.claimer import Claimer
@@ -70,7 +70,7 @@ class Master:
         self.stopping: str | None = None  # None | "drain" | "fast"
         self.exit_code = EXIT_OK
         self.metrics = Metrics()
-        self.last_db_ok = time.monotonic()
+        self.db = Connector(dsn)  # every part's connections, and the one database health
         self.services: list[Service] = []  # in start order
         self.systemd = SystemdHooks(  # sd_notify (a no-op without NOTIFY_SOCKET)
             busy=lambda: self.dispatcher.running(), total=lambda: self.dispatcher.target,
@@ -132,40 +132,37 @@ class Master:
             env=env, forkservers=self.forkservers,  # it reports to the dispatcher, made next
             on_frame=lambda child, frame: self.dispatcher.on_frame(child, frame),
             on_exit=lambda child, status: self.dispatcher.on_exit(child, status))
-        self.completer = Completer(self.dsn, self.q, self.owner, self.host, self.pid,
+        self.completer = Completer(self.db, self.q, self.owner, self.host, self.pid,
                                    on_refused=lambda items: m.refused.inc(len(items)),
                                    on_db_error=m.db_errors.labels("complete").inc,
-                                   linger=lambda: self.claimer.complete_linger(),
-                                   on_db_ok=self.note_db_ok)
+                                   linger=lambda: self.claimer.complete_linger())
         self.ticker = Ticker(s.lease_ttl, self._render_title)
         self.dispatcher = Dispatcher(self.supervisor, s, m, submit=self.completer.submit,
                                      give_back=lambda rows: self.claimer.give_back(rows), changed=self._changed,
                                      fatal=self._fatal, reload_failed=self.systemd.reload_failed,
                                      ran_on=self._ran_on)
-        self.claimer = Claimer(self.dsn, self.q, self.owner, s, self.dispatcher, m,
+        self.claimer = Claimer(self.db, self.q, self.owner, s, self.dispatcher, m,
                                on_db_ok=self.note_db_ok, unwritten=self.completer.unwritten)
-        self.notifier = Notifier(self.dsn, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
+        self.notifier = Notifier(self.db, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
-        self.reaper = Reaper(self.dsn, self.q, interval=reap_interval(s.lease_ttl),
+        self.reaper = Reaper(self.db, self.q, interval=reap_interval(s.lease_ttl),
                              retention=s.retention, on_reaped=m.expired.inc,
                              on_db_error=m.db_errors.labels("reaper").inc)
-        self.aging = AgingSweeper(self.dsn, self.q, list(s.queues),
+        self.aging = AgingSweeper(self.db, self.q, list(s.queues),
                                   on_aged=lambda queue, n: m.aged.labels(queue).inc(n),
                                   on_db_error=m.db_errors.labels("aging").inc)
-        self.heartbeater = Heartbeater(self.dsn, self.q, self.owner, s.lease_ttl,
+        self.heartbeater = Heartbeater(self.db, self.q, self.owner, s.lease_ttl,
                                        leases=self.dispatcher.leases,
                                        loop_alive=self.ticker.loop_alive,
                                        on_fence=self.dispatcher.on_fence_threadsafe,
-                                       on_db_error=m.db_errors.labels("heartbeat").inc,
-                                       on_db_ok=self.note_db_ok)
+                                       on_db_error=m.db_errors.labels("heartbeat").inc)
         self.scheduler = Scheduler(
-            self.dsn, self.q, self.owner, ttl=s.schedule_lease_ttl,
+            self.db, self.q, self.owner, ttl=s.schedule_lease_ttl,
             payload_limit=s.max_payload_bytes, metrics=m,
             declared=lambda: [p for t in self.dispatcher.tasks.values() for p in t.get("periodic", ())],
             on_db_error=m.db_errors.labels("scheduler").inc, notifier=self.notifier)
-        self.registry = Registry(self.dsn, self.q, row=self.registry_row, on_depth=m.set_depth,
-                                 on_error=m.db_errors.labels("registry").inc,
-                                 on_db_ok=self.note_db_ok)
+        self.registry = Registry(self.db, self.q, row=self.registry_row, on_depth=m.set_depth,
+                                 on_error=m.db_errors.labels("registry").inc)
         addr = parse_addr(s.metrics_addr, s.metrics_allow_remote)
         self.http = None if addr is None else HttpServer(addr[0], addr[1], m, health=self.health,
                                                          ready=self.ready)
@@ -224,7 +221,7 @@ class Master:
 
     def note_db_ok(self) -> None:
         """A database round trip just succeeded (from any part, any thread)."""
-        self.last_db_ok = time.monotonic()
+        self.db.succeeded()
 
     # --- observation ----------------------------------------------------------------------
 
@@ -238,12 +235,14 @@ class Master:
                 "tasks": sorted(self.dispatcher.tasks), "held": json.dumps(self.claimer.held)}
 
     def health(self) -> dict[str, Any]:
-        """Event loop alive (it is answering), database reached recently, children up."""
-        db_age = time.monotonic() - self.last_db_ok
+        """Event loop alive (it is answering), database reached recently (store.connector's
+        health: the last good round trip of any part, the failures since, the last error),
+        children up."""
+        database = self.db.health.report()
         live = len(self.dispatcher.current())
-        db_ok = database_reached(db_age, self.settings.poll_interval)
+        db_ok = database_reached(database.seconds_since_ok, self.settings.poll_interval)
         ok = db_ok and live > 0 and not self.stopping
-        return {"ok": ok, "database_ok": db_ok, "seconds_since_db": round(db_age, 3),
+        return {"ok": ok, "database_ok": db_ok, **database.as_dict(),
                 "children": live, "concurrency": self.dispatcher.target,
                 "stopping": bool(self.stopping)}
 

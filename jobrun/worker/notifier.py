@@ -1,4 +1,5 @@
-"""LISTEN for new jobs on one dedicated connection, reconnecting with backoff.
+"""LISTEN for new jobs on one dedicated connection, reconnecting with backoff (through the
+master's store.connector.Connector, which a lost or regained LISTEN reports to).
 
 A notification (payload: the queue name) wakes the claimer at once; the claimer's poll floor
 covers notifications lost while this connection was down, and every (re)connect wakes the
@@ -19,7 +20,8 @@ import psycopg
 from psycopg import pq
 
 from jobrun.store import db
-from jobrun.worker.lifecycle import Service, backoff_sleep
+from jobrun.store.connector import Connector
+from jobrun.worker.lifecycle import Service
 from jobrun.logs import event
 
 log = logging.getLogger("jobrun.notifier")
@@ -28,10 +30,10 @@ log = logging.getLogger("jobrun.notifier")
 class Notifier(Service):
     name = "notifier"
 
-    def __init__(self, dsn: str, listen: str, queues: set[str], wake: Callable[[], None],
+    def __init__(self, dsn: str | Connector, listen: str, queues: set[str], wake: Callable[[], None],
                  on_db_error: Callable[[], None] | None = None) -> None:
         super().__init__()
-        self.dsn = dsn
+        self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
         self.listen = listen  # the LISTEN statement (query listen_ready)
         self.queues = queues
         self.wake = wake
@@ -52,10 +54,11 @@ class Notifier(Service):
         while True:
             conn = None
             try:
-                conn = await db.connect_async(self.dsn)
+                conn = await self.db.connect()
                 for listen, _ in self._also.values():
                     await conn.execute(listen)
                 await conn.execute(self.listen)  # last: the connection shows it as its query
+                self.db.succeeded()
                 if failures:
                     event(log, logging.INFO, "listen.reconnected", after_failures=failures)
                 failures = 0
@@ -65,10 +68,11 @@ class Notifier(Service):
                 await self._notified(conn)
             except Exception as exc:  # noqa: BLE001 - whatever broke the connection: reconnect
                 failures += 1
+                self.db.failed(exc)
                 if self.on_db_error:
                     self.on_db_error()
                 event(log, logging.WARNING, "listen.lost", error=db.first_line(exc), retry=failures)
-                await backoff_sleep(failures)
+                await self.db.pause(failures)
             finally:
                 if conn is not None:
                     try:

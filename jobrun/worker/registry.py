@@ -18,7 +18,7 @@ from typing import Callable
 import psycopg
 
 from jobrun.store import db
-from jobrun.worker.lifecycle import PeriodicDbService, reconnect_if_broken
+from jobrun.worker.lifecycle import PeriodicDbService
 from jobrun.logs import event
 from jobrun.sql import Queries
 
@@ -51,6 +51,7 @@ class Registry(PeriodicDbService):
     async def tick(self, conn: psycopg.AsyncConnection) -> float:
         row = self.row()
         row["inflight"] = json.dumps(row["inflight"])
+        row.update(self.db.health.report().as_row())  # and its database health (connector)
         await conn.execute(self.q.registry_upsert, row)
         cur = await conn.execute(self.q.registry_purge_stale, {"stale": STALE_AFTER})
         live = (await cur.fetchone())["live"]
@@ -66,7 +67,7 @@ class Registry(PeriodicDbService):
         """Remove this master's row (on a new connection if its own broke)."""
         fresh = None
         try:
-            fresh = await reconnect_if_broken(conn, self.dsn)
+            fresh = await self.db.reconnect(conn)
             await fresh.execute(self.q.registry_delete, {"owner": self.row()["owner"]})
         except Exception as exc:  # noqa: BLE001 - the row goes stale and is purged anyway
             event(log, logging.WARNING, "registry.leave_failed", error=db.first_line(exc))

@@ -42,6 +42,7 @@ from jobrun.ops import Op
 from jobrun.policy import cron
 from jobrun.sql import Queries
 from jobrun.store import db
+from jobrun.store.connector import Connector
 from jobrun.worker.lifecycle import Service, backoff_sleep
 from jobrun.worker.notifier import Notifier
 
@@ -53,7 +54,7 @@ DUE_BATCH = 100  # schedules looked at per pass
 class Scheduler(Service):
     name = "scheduler"
 
-    def __init__(self, dsn: str, queries: Queries, owner: str, *, ttl: float = 10.0,
+    def __init__(self, dsn: str | Connector, queries: Queries, owner: str, *, ttl: float = 10.0,
                  poll: float = 1.0, payload_limit: int = 1024 * 1024,
                  declared: Callable[[], Iterable[dict[str, Any]]] = list,
                  metrics: Any = None, on_db_error: Callable[[], None] | None = None,
@@ -61,7 +62,7 @@ class Scheduler(Service):
         """``notifier``: a master's, whose connection then also listens for schedule changes
         (one listening backend per master); without one, the scheduler listens on its own."""
         super().__init__()
-        self.dsn = dsn
+        self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
         self.q = queries
         self.owner = owner
         self.ttl = ttl
@@ -84,7 +85,7 @@ class Scheduler(Service):
         if notifier is not None:
             notifier.also(queries.listen_schedules, queries.schedules_channel, self.wake)
         else:
-            self.notifier = Notifier(dsn, queries.listen_schedules, {""}, self.wake,
+            self.notifier = Notifier(self.db, queries.listen_schedules, {""}, self.wake,
                                      on_db_error=on_db_error)
 
     def wake(self) -> None:
@@ -100,7 +101,7 @@ class Scheduler(Service):
             while True:
                 try:
                     if self._conn is None or self._conn.closed or self._conn.broken:
-                        self._conn = await db.connect_async(self.dsn)
+                        self._conn = await self.db.connect()
                         # A statement may not outlive the time we trust our lease for.
                         await self._conn.execute(self.q.scheduler_statement_timeout,
                                                  {"ms": str(int(self.period * 1000))})
@@ -109,6 +110,7 @@ class Scheduler(Service):
                 except (psycopg.Error, JobrunError, OSError) as exc:
                     failures += 1
                     self._step_down("database error")
+                    self.db.failed(exc)
                     if self.on_db_error:
                         self.on_db_error()
                     event(log, logging.WARNING, "scheduler.failed", error=db.first_line(exc),

@@ -79,6 +79,7 @@ def test_names_exist_in_a_real_master_and_health(db_env, tmp_path):
         exported = _exported(_get(f"http://{addr}/metrics"))
         health = _jobrun("health", "--addr", addr, env=db_env)
         assert health.returncode == 0 and "ready" in health.stdout, health.stderr
+        assert "database: ok, last reached" in health.stdout, health.stdout
         m.signal(signal.SIGSTOP)  # a frozen master does not answer: not healthy
         try:
             frozen = _jobrun("health", "--addr", addr, "--timeout", "1", env=db_env)

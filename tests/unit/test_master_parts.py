@@ -150,11 +150,14 @@ def test_health():
     async def scenario():
         m = wired(poll_interval=0.1)
         assert m.health()["ok"] is False  # no child yet
-        m.last_db_ok -= 11
+        m.db.health.last_ok -= 11
+        m.db.failed(OSError("connection refused"))
         report = m.health()
         assert report["database_ok"] is False and report["seconds_since_db"] >= 11
+        assert report["db_failures"] == 1 and report["db_error"] == "connection refused"
         m.note_db_ok()
-        assert m.health()["database_ok"] is True
+        report = m.health()
+        assert report["database_ok"] is True and report["db_failures"] == 0
         m.stopping = "drain"
         assert m.health()["stopping"] is True and m.health()["ok"] is False
     asyncio.run(scenario())
