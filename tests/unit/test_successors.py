@@ -55,7 +55,7 @@ async def running_its_last_job(m: Master, job_id: int, seconds: str):
     """The one child, handed (as the claimer does) a sleep job: its last, at max_tasks 1."""
     d = m.dispatcher
     d.replenish()
-    [child] = d.current()
+    [child] = m.children.current()
     await until(lambda: child.state is S.IDLE)
     inflight, frame = job(job_id, "sleep", seconds)
     d.start_job(child, inflight)
@@ -86,13 +86,14 @@ def test_a_job_parked_for_a_starting_child_starts_the_moment_it_is_ready():
     async def body(m: Master) -> None:
         d = m.dispatcher
         d.replenish()
-        first, second = d.current()
-        assert d.coming() == [first, second]  # starting, forked: a claim parks one each
+        first, second = m.children.current()
+        coming = m.claimer.handout.coming
+        assert coming() == [first, second]  # starting, forked: a claim parks one each
         parked, frame = job(1, "noop", '"parked"')
         d.park(first, parked, frame)
         assert first.held() == 1 and first.holding() == [parked]
         assert [lease.id for lease in d.leases()] == [1]  # its lease is renewed meanwhile
-        assert d.coming() == [second]
+        assert coming() == [second]
         # Handed over with its ready frame (no claimer runs here): it runs and succeeds.
         await until(lambda: d.outcomes["succeeded"] == 1)
         await until(lambda: second.state is S.IDLE)
@@ -107,7 +108,7 @@ def test_a_parked_job_of_a_child_that_dies_before_it_is_ready_is_given_back():
         returned: list[list[dict]] = []
         d.give_back = returned.append
         d.replenish()
-        [child] = d.current()
+        [child] = m.children.current()
         d.park(child, *job(7, "noop", "null"))
         assert not child.pid  # the fork server has not answered yet: the kill waits for it
         m.supervisor.kill(child, "test")
@@ -125,17 +126,17 @@ def test_the_successor_of_a_child_on_its_last_job_stands_by_until_that_job_ends(
         child, inflight = await running_its_last_job(m, 1, "0.5")
         successor = child.successor
         assert successor is not None and successor.predecessor is child
-        assert d.current() == [successor]  # the slot is the successor's now
+        assert m.children.current() == [successor]  # the slot is the successor's now
         await until(lambda: successor.state is S.STANDBY)
         # Ready, but not idle: -c 1 never runs two jobs at once.
-        assert d.idle() == [] and child.job is inflight
+        assert m.children.idle() == [] and child.job is inflight
         # The job it would be handed waits on one whose run time is unknown: none is
         # claimed for it ahead.
-        assert d.coming() == []
+        assert m.claimer.handout.coming() == []
         await until(lambda: d.outcomes["succeeded"] == 1)
         assert successor.state is S.IDLE and successor.predecessor is None
         await until(lambda: child not in m.supervisor.alive())  # the recycled one exited
-        assert d.current() == [successor] and len(m.supervisor.alive()) == 1
+        assert m.children.current() == [successor] and len(m.supervisor.alive()) == 1
 
     run_with_master(body, concurrency=1, max_tasks_per_child=1)
 
@@ -148,6 +149,6 @@ def test_a_successor_takes_over_when_its_predecessor_dies_on_its_last_job():
         await until(lambda: successor.state is S.STANDBY)
         m.supervisor.kill(child, "timeout")
         await until(lambda: successor.state is S.IDLE)
-        assert d.outcomes["timeout"] == 1 and d.current() == [successor]
+        assert d.outcomes["timeout"] == 1 and m.children.current() == [successor]
 
     run_with_master(body, concurrency=1, max_tasks_per_child=1)
