@@ -16,7 +16,7 @@ does not allow raises ``IllegalMove`` (a bug in the master, never an operator's 
                  └─stand_by─> STANDBY ─take_over─> IDLE
     a job parked for a STARTING or STANDBY child, one handed to an IDLE child (it went idle
     while a claim ran), the next one a BUSY child held:  ─start─> BUSY
-    any but EXITED ─retire─> RETIRING ─start─> BUSY (runs what it holds)
+    any but EXITED ─retire─> RETIRING ─start─> RETIRING (runs what it holds, then exits)
     any but EXITED ─exited─> EXITED
 
     move        from                                          to
@@ -26,8 +26,9 @@ does not allow raises ``IllegalMove`` (a bug in the master, never an operator's 
     take_over   STANDBY                                       IDLE      that job ended
     reserve     IDLE                                          RESERVED  a claim runs for it
     unreserve   RESERVED                                      IDLE      the claim brought none
-    start       STARTING STANDBY IDLE RESERVED BUSY RETIRING  BUSY      it runs a job
-                (running none: one job at a time)
+    start       STARTING STANDBY IDLE RESERVED BUSY           BUSY      it runs a job
+    start       RETIRING                                      RETIRING  (running none: one
+                                                                        job at a time)
     free        BUSY (holding no job)                         IDLE      it ran all it held
     retire      every state but EXITED                        RETIRING
     exited      every state but EXITED                        EXITED
@@ -74,7 +75,7 @@ MOVES: dict[str, dict[ChildState, ChildState]] = {
     "reserve": {S.IDLE: S.RESERVED},
     "unreserve": {S.RESERVED: S.IDLE},
     "start": {S.STARTING: S.BUSY, S.STANDBY: S.BUSY, S.IDLE: S.BUSY, S.RESERVED: S.BUSY,
-              S.BUSY: S.BUSY, S.RETIRING: S.BUSY},
+              S.BUSY: S.BUSY, S.RETIRING: S.RETIRING},
     "free": {S.BUSY: S.IDLE},
     "retire": {s: S.RETIRING for s in _ALIVE},
     "exited": {s: S.EXITED for s in _ALIVE},

@@ -26,7 +26,7 @@ EXPECTED = {
     "reserve": {S.IDLE: S.RESERVED},
     "unreserve": {S.RESERVED: S.IDLE},
     "start": {S.STARTING: S.BUSY, S.STANDBY: S.BUSY, S.IDLE: S.BUSY, S.RESERVED: S.BUSY,
-              S.BUSY: S.BUSY, S.RETIRING: S.BUSY},
+              S.BUSY: S.BUSY, S.RETIRING: S.RETIRING},
     "free": {S.BUSY: S.IDLE},
     "retire": {s: S.RETIRING for s in ALIVE},
     "exited": {s: S.EXITED for s in ALIVE},

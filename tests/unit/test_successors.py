@@ -1,6 +1,7 @@
-"""A fresh forked child with its first job waiting, and a recycled child's successor: the
-dispatcher and supervisor of a wired master with a real fork server and real children, and no
-database (the claim is played by handing the dispatcher jobs as the claimer does)."""
+"""A fresh forked child with its first job waiting, a recycled child's successor, and a child
+retired with jobs in hand: the dispatcher and supervisor of a wired master with a real fork
+server and real children, and no database (the claim is played by handing the dispatcher jobs
+as the hand-out does)."""
 
 from __future__ import annotations
 
@@ -152,3 +153,26 @@ def test_a_successor_takes_over_when_its_predecessor_dies_on_its_last_job():
         assert d.outcomes["timeout"] == 1 and m.children.current() == [successor]
 
     run_with_master(body, concurrency=1, max_tasks_per_child=1)
+
+
+def test_a_child_retired_by_a_resize_runs_what_it_holds_then_exits():
+    """A busy child holding a job behind the one it runs, chosen by TTOU: it runs both and
+    exits. It turned busy again when it ran on to the second job, then idle, and kept
+    serving beside the pool it was retired from."""
+    async def body(m: Master) -> None:
+        d = m.dispatcher
+        d.replenish()
+        first, second = m.children.current()
+        await until(lambda: first.state is S.IDLE and second.state is S.IDLE)
+        for child, jobs in ((first, [job(1, "sleep", "0.2")]),
+                            (second, [job(2, "sleep", "0.2"), job(3, "noop", "null")])):
+            d.start_job(child, jobs[0][0])
+            child.queued.extend(inflight for inflight, _ in jobs[1:])
+            assert child.send(b"".join(frame for _, frame in jobs))
+        d.resize(1)  # no child idle: the last one goes
+        assert second.state is S.RETIRING and m.children.current() == [first]
+        await until(lambda: d.outcomes["succeeded"] == 3)
+        await until(lambda: second not in m.supervisor.alive(), 10)
+        assert m.children.current() == [first] and first.state is S.IDLE
+
+    run_with_master(body, concurrency=2)
