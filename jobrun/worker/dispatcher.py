@@ -30,13 +30,13 @@ from jobrun.policy import (
     DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
     max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
 )
+from jobrun.worker.children import Children, ChildState
 from jobrun.worker.completer import Completion
 from jobrun.worker.exits import EXIT_BOOT_ERROR, describe_exit
 from jobrun.worker.forkserver import child_limits
 from jobrun.worker.heartbeat import Lease
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import Metrics
-from jobrun.worker.children import Children, ChildState
 from jobrun.worker.supervisor import Child, Inflight, Supervisor
 
 log = logging.getLogger("jobrun.master")
