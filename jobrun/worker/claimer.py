@@ -1,8 +1,9 @@
-"""The claimer: claims batches of jobs (one statement) and hands them to children.
+"""The claimer: claims batches of jobs (one statement) and has them handed to children.
 
-It wakes on a notification, a freed child or the poll floor; claims for every idle child plus
-what busy children may take ahead (policy.prefetch); and writes each child its jobs in one
-write. Rows no child can take go back to the queue uncounted (``unclaim``).
+It wakes on a notification, a freed child or the poll floor; asks the hand-out
+(worker/handout.py) how many rows to claim (one for every idle child plus what busy children
+may take ahead, policy.prefetch), claims them, and gives them to the hand-out. Rows no child
+can take go back to the queue uncounted (``unclaim``).
 
 The last claim coming back short means the queues are dry until a notification or the poll
 floor says otherwise, so a child freed meanwhile does not cost a claim statement.
@@ -17,47 +18,44 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import psycopg
 
-from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.logs import event
-from jobrun.policy import dispatch, prefetch
+from jobrun.policy import dispatch
 from jobrun.sql import Queries
 from jobrun.store import db, direct
-from jobrun.worker.dispatcher import Dispatcher
 from jobrun.store.connector import CLAIMS, Connector
+from jobrun.worker.handout import HandOut
 from jobrun.worker.lifecycle import Service, backoff_sleep
 from jobrun.worker.metrics import Metrics
-from jobrun.worker.supervisor import Child, ChildState, Inflight
+from jobrun.worker.supervisor import Inflight
 
 log = logging.getLogger("jobrun.master")
 PLAIN_RETRY = 1.0  # seconds of claim_jobs after claim_plain said it did not apply
-S = ChildState
-Batch = dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]]
 
 
 class Claimer(Service):
     name = "claimer"
 
     def __init__(self, dsn: str | Connector, queries: Queries, owner: str, settings: Settings,
-                 dispatcher: Dispatcher, metrics: Metrics,
+                 handout: HandOut, metrics: Metrics,
                  on_db_ok: Callable[[], None],
-                 unwritten: Callable[[], list[Any]] = list) -> None:
+                 unwritten: Callable[[], list[Any]] = list,
+                 holding: Callable[[], Iterable[Inflight]] = tuple) -> None:
         super().__init__()
         self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
         self.q = queries
         self.owner = owner
-        self._frames = protocol.JobFrames(owner)
         self.settings = settings
-        self.dispatcher = dispatcher
+        self.handout = handout
         self.metrics = metrics
         self.on_db_ok = on_db_ok
         self.unwritten = unwritten  # outcomes not yet written (their jobs are still leased)
+        self.holding = holding  # jobs the children hold (Children.holding)
         self.conn: psycopg.AsyncConnection | None = None
         # Numbered parameters, prepared, run on libpq directly (jobrun/store/direct.py): the
         # 8 KB claim is not parsed at each call, nor run through psycopg's cursor.
@@ -80,10 +78,6 @@ class Claimer(Service):
         self._turn = 0  # round_robin: the queue that goes first in the next claim
         self._rate_wake: asyncio.TimerHandle | None = None
         self._held: dict[tuple[str, str], Any] = {}
-        # Results of busy children that ran on to a job they held, since the last decision,
-        # and how many of them can change it (policy.prefetch.results_to_reconsider).
-        self._ran_on = 0
-        self._ran_on_limit = 0
         self.held: dict[str, dict[str, int]] = {}  # claims held back: queue -> reason -> count
 
     async def connect(self) -> None:
@@ -97,19 +91,21 @@ class Claimer(Service):
 
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings  # queues, poll interval, TTL, prefetch: read at every claim
+        self.handout.reconfigure(settings)
         self.wake_for_jobs()
 
     def wake(self) -> None:
         self.wake_event.set()
 
     def ran_on(self) -> None:
-        """A busy child finished a job and runs on to one it already held: one slot more
-        is free there. Most such results cannot make a claim worth it (the child still holds
-        work, and top-ups wait for a quarter of the room there can be); the claimer looks
-        again once enough of them came in that one could."""
-        self._ran_on += 1
-        if self._ran_on >= self._ran_on_limit:
+        """A busy child finished a job and runs on to one it already held: the claimer looks
+        again once enough such results came in to make a claim worth it (HandOut.ran_on)."""
+        if self.handout.ran_on():
             self.wake_event.set()
+
+    def complete_linger(self) -> float:
+        """How long the next completion statement waits for its batch (policy.prefetch)."""
+        return self.handout.complete_linger(self.backlogged)
 
     def wake_for_jobs(self) -> None:
         """New jobs were announced (NOTIFY, or the LISTEN connection came back)."""
@@ -143,24 +139,13 @@ class Claimer(Service):
         finally:
             if self._rate_wake is not None:
                 self._rate_wake.cancel()
-            for child in self.dispatcher.supervisor.alive():
-                if child.state is S.RESERVED:
-                    child.state = S.IDLE
+            self.handout.unreserve()
 
     async def _claim_once(self, s: Settings, failures: int) -> int:
         """One claim and hand-out; returns the count of consecutive failures."""
-        d = self.dispatcher
-        idle = d.idle()
-        coming = d.coming()  # starting: a job is parked for each, handed over once it is ready
-        extra, most, dry_soon = self._room(idle)
-        wanted = len(idle) + len(coming)
-        self._ran_on = 0
-        self._ran_on_limit = prefetch.results_to_reconsider(wanted, extra, most, dry_soon)
-        if self._ran_on_limit:  # 0 exactly when a claim is worth it now
+        takers, limit = self.handout.reserve()
+        if not limit:  # no claim is worth it now
             return failures
-        limit = wanted + extra
-        for child in idle:
-            child.state = S.RESERVED
         announced = self._announced
         try:
             self.conn = await self.db.reconnect(self.conn, CLAIMS)
@@ -175,9 +160,7 @@ class Claimer(Service):
             self._dry = len(rows) < limit and self._announced == announced and not mine_held
             self.backlogged = len(rows) == limit
         except Exception as exc:  # noqa: BLE001 - database trouble: back off, retry
-            for child in idle:
-                if child.state is S.RESERVED:
-                    child.state = S.IDLE
+            self.handout.unreserve()
             self.metrics.db_errors.labels("claim").inc()
             self.db.failed(exc)
             event(log, logging.WARNING, "claim.failed", error=db.first_line(exc), retry=failures + 1)
@@ -185,7 +168,7 @@ class Claimer(Service):
             self.wake()
             return failures + 1
         self.claimed += len(rows)
-        orphans = self._hand_out(idle + coming, rows)
+        orphans = self.handout.hand_out(takers, rows, self._last_claim)
         if orphans:
             self._dry = False  # what goes back is queued: the next wake may claim it
             await self.unclaim(orphans)
@@ -196,7 +179,6 @@ class Claimer(Service):
                 if wait is None:
                     wait = self._waits[row["queue"]] = self.metrics.wait.labels(row["queue"])
                 wait.observe(max(0.0, row["waited"]))
-            d.changed()
         if len(rows) == limit and not orphans:
             self.wake()  # there may be more (not when rows went back: no child wants them)
         return 0
@@ -221,9 +203,8 @@ class Claimer(Service):
         """This master's leased jobs per queue: running in a child or waiting in one, or
         finished with the outcome not yet written."""
         held: dict[str, int] = {}
-        for child in self.dispatcher.supervisor.alive():
-            for job in child.holding():
-                held[job.queue] = held.get(job.queue, 0) + 1
+        for job in self.holding():
+            held[job.queue] = held.get(job.queue, 0) + 1
         for done in self.unwritten():
             held[done.queue] = held.get(done.queue, 0) + 1
         for queues in self._returning.values():
@@ -267,134 +248,6 @@ class Claimer(Service):
     def _rate_window_moved(self) -> None:
         self._rate_wake = None
         self.wake_for_jobs()
-
-    # --- prefetch sizing (policy.prefetch) ------------------------------------------------
-
-    def _cap(self, child: Child) -> int:
-        return prefetch.cap(self.settings.prefetch, self.settings.max_tasks_per_child,
-                            child.jobs_done)
-
-    def _held_work(self, child: Child) -> float | None:
-        """Seconds of work a child holds (running and waiting), None if any may be long."""
-        return prefetch.backlog((j.task for j in (child.job, *child.queued) if j is not None),
-                                self.dispatcher.runtime, self.settings.prefetch_max_runtime)
-
-    def _headroom(self, child: Child) -> float | None:
-        if child.held() >= self._cap(child):
-            return None  # (before summing what it holds)
-        return self._room_left(child, self._held_work(child), within_budget=True)
-
-    def _room_left(self, child: Child, held: float | None, within_budget: bool) -> float | None:
-        """policy.prefetch.headroom for ``child`` holding ``held`` seconds of work; not
-        ``within_budget``: short jobs up to its cap, whatever their sum."""
-        budget = self.settings.prefetch_max_runtime if within_budget else math.inf
-        return prefetch.headroom(child.held(), self._cap(child), held, budget)
-
-    def complete_linger(self) -> float:
-        """How long the next completion statement waits for its batch (policy.prefetch)."""
-        if not self.backlogged:
-            return 0.0
-        d = self.dispatcher
-        busy = d.busy()
-        ahead = bool(busy) and not d.idle() and all(c.queued for c in busy)
-        return prefetch.complete_linger(True, ahead)
-
-    def _room(self, idle: list[Child]) -> tuple[int, int, bool]:
-        s = self.settings
-        runtime = self.dispatcher.runtime
-        most = prefetch.cap(s.prefetch, s.max_tasks_per_child, 0)  # a new child's
-        if most <= 1 or not runtime:
-            return 0, 0, False
-        busy = [(self._cap(c) - c.held(), self._headroom(c), bool(c.queued))
-                for c in self.dispatcher.busy()]
-        return prefetch.room(prefetch=most, budget=s.prefetch_max_runtime, runtime=runtime,
-                             idle=[self._cap(c) for c in idle], target=self.dispatcher.target,
-                             busy=busy)
-
-    # --- hand-out -------------------------------------------------------------------------
-
-    def _hand_out(self, reserved: list[Child], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Give claimed rows to children: one to each reserved (idle) child, then the rest to
-        the children holding fewest that may take more (idle, or topped up). One write per
-        child. Returns the rows no child took, to be given back."""
-        d = self.dispatcher
-        rows = list(rows)
-        rows.reverse()
-        batches: Batch = {}
-        for child in reserved:
-            if d.parks(child) and child.parked is None and rows:
-                self._assign(child, rows.pop(), batches)  # parked until it is ready
-                continue
-            if child.state is not S.RESERVED:
-                continue  # exited while the claim ran
-            if not rows:
-                child.state = S.IDLE
-                continue
-            self._assign(child, rows.pop(), batches)
-        if rows:
-            # Children that went idle while the claim ran take rows too, first.
-            self._fill(d.idle() + d.busy(), rows, batches, within_budget=True)
-        if rows:
-            # Run times measured while the claim ran may have grown past the room it was
-            # sized for: rather than give rows back (a statement, and a claim again), let
-            # children holding only short jobs take them, up to --prefetch.
-            self._fill(d.busy(), rows, batches, within_budget=False)
-        orphans = rows[::-1]
-        for child, sent in batches.items():
-            if child.send(b"".join(frame for _, _, frame in sent)):
-                continue
-            # Its socket is broken: take back what it never got, and replace it (its exit is
-            # reported through its pidfd; a broken child must not keep its slot).
-            for job, row, _ in sent:
-                d.take_back(child, job)
-                orphans.append(row)
-            child.state = S.RETIRING
-            event(log, logging.ERROR, "child.unwritable", child=child.index, pid=child.pid,
-                  jobs=len(sent), note="replacing the child")
-            d.supervisor.kill(child, "unwritable")
-        return orphans
-
-    def _fill(self, takers: list[Child], rows: list[dict[str, Any]], batches: Batch,
-              within_budget: bool) -> None:
-        """Hand rows (popped from the end) to the takers holding fewest, while they can take:
-        below their cap, holding only short jobs and, if ``within_budget``, less work than
-        --prefetch-max-runtime. Each taker's held work is summed once and then kept up as
-        rows are assigned (not summed again over everything it holds for every row)."""
-        work: dict[Child, float] = {}
-        for child in takers:
-            held = self._held_work(child)
-            if self._room_left(child, held, within_budget) is not None:
-                work[child] = held
-        while rows and work:
-            child = min(work, key=Child.held)
-            row = rows.pop()
-            self._assign(child, row, batches)
-            took = prefetch.backlog((row["task"],), self.dispatcher.runtime,
-                                    self.settings.prefetch_max_runtime)
-            held = None if took is None else work[child] + took
-            if self._room_left(child, held, within_budget) is not None:
-                work[child] = held
-            else:
-                del work[child]
-
-    def _assign(self, child: Child, row: dict[str, Any], batches: Batch) -> None:
-        job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
-                       attempts=row["attempts"], max_attempts=row["max_attempts"],
-                       crashes=row["crashes"], created_at=row["created_at"],
-                       claimed=self._last_claim)
-        frame = self._frames.frame(
-            id=job.id, token=job.token, task=job.task, queue=job.queue, attempt=job.attempts,
-            max_attempts=job.max_attempts, priority=row["priority"], created_at=job.created_at,
-            key=row["idempotency_key"], traceparent=row["traceparent"],
-            payload_text=row["payload"])
-        if self.dispatcher.parks(child):
-            self.dispatcher.park(child, job, frame)
-            return
-        if child.job is None:
-            self.dispatcher.start_job(child, job)
-        else:
-            child.queued.append(job)
-        batches.setdefault(child, []).append((job, row, frame))
 
     # --- give-back ------------------------------------------------------------------------
 

@@ -2,9 +2,12 @@
 new generation on reload, runs each handed-out job (time limit, lease snapshot), and turns
 what comes back (a result frame, or the child's exit) into an outcome for the completer.
 
-    spawn ──> STARTING ──ready──> IDLE <──> RESERVED/BUSY (the claimer hands jobs out)
+    spawn ──> STARTING ──ready──> IDLE <──> RESERVED/BUSY (worker/handout.py hands jobs out)
     result frame ──> settle (policy.decide) ──> completer       exit ──> settle, respawn
     jobs waiting in a child that will not run them ──> given back (uncounted)
+
+A child's state moves only through ``Children`` (worker/children.py, the table of moves): the
+dispatcher says which move a frame or an exit makes, the owner refuses one it does not allow.
 
 Reload (SIGHUP) starts a new generation beside the one serving; the old one is retired only
 once a new child is ready. A new generation whose app fails to import is abandoned (the old
@@ -27,13 +30,14 @@ from jobrun.policy import (
     DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
     max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
 )
+from jobrun.worker.children import Children, ChildState
 from jobrun.worker.completer import Completion
 from jobrun.worker.exits import EXIT_BOOT_ERROR, describe_exit
 from jobrun.worker.forkserver import child_limits
 from jobrun.worker.heartbeat import Lease
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import Metrics
-from jobrun.worker.supervisor import Child, ChildState, Inflight, Supervisor
+from jobrun.worker.supervisor import Child, Inflight, Supervisor
 
 log = logging.getLogger("jobrun.master")
 S = ChildState
@@ -42,13 +46,16 @@ S = ChildState
 class Dispatcher(Service):
     name = "dispatcher"
 
-    def __init__(self, supervisor: Supervisor, settings: Settings, metrics: Metrics, *,
+    def __init__(self, supervisor: Supervisor, children: Children, settings: Settings,
+                 metrics: Metrics, *,
                  submit: Callable[[Completion], None], give_back: Callable[[list[dict]], None],
                  changed: Callable[[], None], fatal: Callable[[int, str], None],
                  reload_failed: Callable[[str], None] = lambda why: None,
                  ran_on: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.supervisor = supervisor
+        self.children = children
+        children.max_tasks = settings.max_tasks_per_child
         self.settings = settings
         self.metrics = metrics
         self.submit = submit  # an outcome to record
@@ -60,14 +67,11 @@ class Dispatcher(Service):
         self.fatal = fatal  # (exit code, event name): the master must stop
         self.reload_failed = reload_failed  # (why): a new generation did not load
         self.target = settings.concurrency
-        self.generation = 0  # the newest generation (children spawn in it)
-        self.serving = 0  # the generation whose children take jobs
         self._next_generation = 1
         self.tasks: dict[str, dict[str, Any]] = {}
         self._policies: dict[str, Any] = {}
         self.fenced: set[tuple[int, int]] = set()  # added to by the heartbeater thread
         self.booted = asyncio.Event()
-        self.closing = False  # the master is stopping: no respawn, no new jobs
         self.outcomes: Counter[str] = Counter()
         # Recent run time per task (seconds, moving average): see policy.prefetch.
         self.runtime: dict[str, float] = {}
@@ -86,7 +90,38 @@ class Dispatcher(Service):
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings
         self.target = settings.concurrency
+        self.children.max_tasks = settings.max_tasks_per_child
         self.supervisor.configure(**child_limits(settings))
+
+    # The generations and the master's stop are kept by the children's owner, whose views
+    # filter by them; the dispatcher decides them.
+
+    @property
+    def generation(self) -> int:
+        """The newest generation (children spawn in it)."""
+        return self.children.generation
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self.children.generation = value
+
+    @property
+    def serving(self) -> int:
+        """The generation whose children take jobs."""
+        return self.children.serving
+
+    @serving.setter
+    def serving(self, value: int) -> None:
+        self.children.serving = value
+
+    @property
+    def closing(self) -> bool:
+        """The master is stopping: no respawn, no new jobs."""
+        return self.children.closing
+
+    @closing.setter
+    def closing(self, value: bool) -> None:
+        self.children.closing = value
 
     # --- the pool -------------------------------------------------------------------------
 
@@ -97,77 +132,17 @@ class Dispatcher(Service):
             index, self._next_index = self._next_index, self._next_index + 1
         return self.supervisor.spawn(index, self.generation)
 
-    def current(self) -> list[Child]:
-        """Children of the newest generation that are not on their way out (nor holding their
-        last job: their successors count instead)."""
-        return [c for c in self.supervisor.alive()
-                if c.generation == self.generation and c.state not in (S.RETIRING, S.EXITED)
-                and not self._finishing(c)]
-
-    def _finishing(self, child: Child) -> bool:
-        """A forked child that holds the last job --max-tasks-per-child lets it run. Its
-        successor is forked at once and waits, ready (STANDBY), for that job's result: the
-        slot is never empty for a child's start, and never runs two jobs at once."""
-        limit = self.supervisor.max_tasks
-        return (bool(limit) and child.forked and child.state is S.BUSY
-                and child.jobs_done + child.held() >= limit)
-
-    def idle(self) -> list[Child]:
-        return [c for c in self.supervisor.alive()
-                if c.state is S.IDLE and c.generation == self.serving]
-
-    def takes_jobs(self) -> bool:
-        """A child of the serving generation is idle, or reserved for a claim in flight (idle
-        but for that statement), or a child runs a job: what /readyz reports."""
-        return self.running() > 0 or any(
-            c.state in (S.IDLE, S.RESERVED) and c.generation == self.serving
-            for c in self.supervisor.alive())
-
-    def busy(self) -> list[Child]:
-        """Children of the serving generation that run a job."""
-        return [c for c in self.supervisor.alive()
-                if c.state is S.BUSY and c.generation == self.serving]
-
-    def coming(self) -> list[Child]:
-        """Forked children of the serving generation still starting, none with a job parked:
-        a claim may park one job for each, so that a fresh child (a recycled one's
-        replacement above all) starts its first job the moment it is ready, not a claim
-        round trip later. Not exec'd ones: they take an import, not milliseconds, to start."""
-        if self.closing:
-            return []
-        return [c for c in self.supervisor.alive()
-                if self.parks(c) and c.parked is None and c.forked
-                and c.generation == self.serving and c.kill_reason is None
-                and self._short_wait(c)]
-
-    def parks(self, child: Child) -> bool:
-        """Whether a job handed to ``child`` now is parked (kept in the master) until it may
-        start: it is starting, or standing by for the child it replaces."""
-        return child.state in (S.STARTING, S.STANDBY)
-
-    def _short_wait(self, child: Child) -> bool:
-        """A successor is handed a job ahead only while its predecessor's job is of a task
-        whose recent runs were short (policy.prefetch), so no job waits on a long one."""
-        before = child.predecessor
-        if before is None or before.job is None:
-            return True
-        took = self.runtime.get(before.job.task)
-        return took is not None and took < self.settings.prefetch_max_runtime
-
     def park(self, child: Child, job: Inflight, frame: bytes) -> None:
         """Keep ``job`` (claimed for ``child``, which is starting) until it is ready."""
         child.parked = (job, frame)
 
-    def running(self) -> int:
-        """How many children run a job (any generation)."""
-        return sum(1 for c in self.supervisor.alive() if c.job is not None)
-
     def replenish(self) -> None:
         if self.closing:
             return
-        waiting = [c for c in self.supervisor.alive() if c.successor is None
-                   and c.generation == self.generation and self._finishing(c)]
-        while len(self.current()) < self.target:
+        children = self.children
+        waiting = [c for c in children.alive() if c.successor is None
+                   and c.generation == self.generation and children.finishing(c)]
+        while len(children.current()) < self.target:
             child = self.spawn()
             if waiting:
                 child.predecessor = waiting.pop(0)
@@ -183,11 +158,11 @@ class Dispatcher(Service):
             if successor.parked is not None:
                 self._start_parked(successor)
             else:
-                successor.state = S.IDLE
+                self.children.take_over(successor)
 
     def resize(self, target: int) -> None:
         self.target = target
-        current = self.current()
+        current = self.children.current()
         if len(current) > target:
             victim = next((c for c in current if c.state in (S.IDLE, S.STARTING)), current[-1])
             self.supervisor.stop(victim)
@@ -202,12 +177,12 @@ class Dispatcher(Service):
     def _promote(self) -> None:
         self.serving = self.generation
         self.metrics.generation.set(self.serving)
-        for child in self.supervisor.alive():
+        for child in self.children.alive():
             if child.generation != self.serving:
                 if child.job is None and not child.queued:
                     self.supervisor.stop(child)
                 else:
-                    child.state = S.RETIRING
+                    self.children.retire(child)
 
     def _abandon(self, child: Child, status: str) -> None:
         """The new generation does not load: stop it, keep the serving one."""
@@ -218,7 +193,7 @@ class Dispatcher(Service):
               reason=f"a child of the new generation {status} before it was ready (the app does"
                      " not load; see its traceback above); the old generation keeps serving,"
                      " the next SIGHUP tries again")
-        for other in self.supervisor.alive():
+        for other in self.children.alive():
             if other.generation == failed:
                 self.supervisor.kill(other, "reload_failed")
         self.reload_failed("the new code does not load")
@@ -255,11 +230,11 @@ class Dispatcher(Service):
             self.give_back_queued(child, "child retiring")
             self.supervisor.stop(child)
         elif child.predecessor is not None:
-            child.state = S.STANDBY  # until the child it replaces ran its last job
+            self.children.stand_by(child)  # until the child it replaces ran its last job
         elif child.parked is not None:
             self._start_parked(child)
         else:
-            child.state = S.IDLE
+            self.children.ready(child)
         self.booted.set()
         self.changed()
 
@@ -287,7 +262,7 @@ class Dispatcher(Service):
         else:
             self.settle(job, frame["outcome"], frame, child.index)
         if frame.get("recycle"):
-            child.state = S.RETIRING  # it exits by itself, without reading what it was sent
+            self.children.retire(child)  # it exits by itself, without reading what it was sent
             self.give_back_queued(child, "child recycled")
             self.metrics.child_exits.labels(f"recycle_{frame['recycle']}").inc()
             event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
@@ -302,21 +277,20 @@ class Dispatcher(Service):
         elif child.state is S.RETIRING or child.generation != self.serving or self.closing:
             self.supervisor.stop(child)
         else:
-            child.state = S.IDLE
+            self.children.free(child)
         self.changed()
 
     # --- jobs -----------------------------------------------------------------------------
 
     def start_job(self, child: Child, job: Inflight) -> None:
         """``job`` is the one ``child`` runs from now on."""
-        child.job = job
-        child.state = S.BUSY
+        self.children.start(child, job)
         job.dispatched = time.monotonic()
         limit = self.time_limit(job.task)
         if limit:
             job.timer = asyncio.get_running_loop().call_later(
                 limit, self._hard_timeout, child, job.id, job.token)
-        if child.successor is None and self._finishing(child):
+        if child.successor is None and self.children.finishing(child):
             self.replenish()  # its successor starts now, and stands by
 
     def _start_parked(self, child: Child) -> None:
@@ -328,16 +302,21 @@ class Dispatcher(Service):
             return
         self._finish(child, job)  # its socket is broken: it never got the job
         child.parked = (job, frame)
-        child.state = S.RETIRING
         self.give_back_queued(child, "child unwritable")
-        event(log, logging.ERROR, "child.unwritable", child=child.index, pid=child.pid, jobs=1,
-              note="replacing the child")
+        self.replace_unwritable(child, 1)
+
+    def replace_unwritable(self, child: Child, jobs: int) -> None:
+        """``child``'s socket is broken: it cannot take jobs, so it must not keep its slot.
+        Killed; its exit is reported through its pidfd, and a successor spawned then."""
+        self.children.retire(child)
+        event(log, logging.ERROR, "child.unwritable", child=child.index, pid=child.pid,
+              jobs=jobs, note="replacing the child")
         self.supervisor.kill(child, "unwritable")
 
     def _finish(self, child: Child, job: Inflight) -> None:
         if job.timer is not None:
             job.timer.cancel()
-        child.job = None
+        self.children.end(child, job)
 
     def take_back(self, child: Child, job: Inflight) -> None:
         """Undo a hand-out the child never received (its socket broke)."""
@@ -488,7 +467,7 @@ class Dispatcher(Service):
         out = []
         now = time.monotonic()
         quiet = self.settings.lease_ttl / 3
-        for child in list(self.supervisor.children.values()):
+        for child in self.children.alive():
             for held in child.holding():
                 alive = now - max(child.last_alive, held.dispatched or held.claimed) < quiet
                 out.append(Lease(held.id, held.token, child, held.claimed, alive))
@@ -505,7 +484,7 @@ class Dispatcher(Service):
     def inflight(self) -> list[dict[str, Any]]:
         now = time.time()
         out = []
-        for child in self.supervisor.alive():
+        for child in self.children.alive():
             job = child.job
             if job is not None:
                 started = now - (time.monotonic() - job.dispatched)
@@ -513,9 +492,16 @@ class Dispatcher(Service):
                             "pid": child.pid, "started": round(started, 3)})
         return out
 
+    # The master's views of its children, which live on their owner (worker/children.py).
+
+    def current(self) -> list[Child]:
+        return self.children.current()
+
+    def running(self) -> int:
+        return self.children.running()
+
+    def takes_jobs(self) -> bool:
+        return self.children.takes_jobs()
+
     def count_states(self) -> dict[str, int]:
-        states: dict[str, int] = {}
-        for child in self.supervisor.alive():
-            state = "busy" if child.job is not None else child.state.value
-            states[state] = states.get(state, 0) + 1
-        return states
+        return self.children.count_states()

@@ -36,11 +36,13 @@ from jobrun.sql import for_schema
 from jobrun.store.connector import Connector
 from jobrun.worker import teardown
 from jobrun.worker.aging import AgingSweeper
+from jobrun.worker.children import Children
 from jobrun.worker.claimer import Claimer
 from jobrun.worker.completer import Completer
 from jobrun.worker.dispatcher import Dispatcher
 from jobrun.worker.exits import EXIT_BOOT_ERROR, EXIT_FATAL, EXIT_OK, describe_exit
 from jobrun.worker.forkserver import ForkServer, ForkServers, child_env, child_limits
+from jobrun.worker.handout import HandOut
 from jobrun.worker.heartbeat import Heartbeater
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
@@ -127,22 +129,26 @@ class Master:
         s, m = self.settings, self.metrics
         env = self._child_env()
         self.forkservers = self._forkservers(env)
+        self.children = Children()
         self.supervisor = Supervisor(
             self.loop, app=s.app or "", **child_limits(s),
             env=env, forkservers=self.forkservers,  # it reports to the dispatcher, made next
             on_frame=lambda child, frame: self.dispatcher.on_frame(child, frame),
-            on_exit=lambda child, status: self.dispatcher.on_exit(child, status))
+            on_exit=lambda child, status: self.dispatcher.on_exit(child, status),
+            children=self.children)
         self.completer = Completer(self.db, self.q, self.owner, self.host, self.pid,
                                    on_refused=lambda items: m.refused.inc(len(items)),
                                    on_db_error=m.db_errors.labels("complete").inc,
                                    linger=lambda: self.claimer.complete_linger())
         self.ticker = Ticker(s.lease_ttl, self._render_title)
-        self.dispatcher = Dispatcher(self.supervisor, s, m, submit=self.completer.submit,
+        self.dispatcher = Dispatcher(self.supervisor, self.children, s, m, submit=self.completer.submit,
                                      give_back=lambda rows: self.claimer.give_back(rows), changed=self._changed,
                                      fatal=self._fatal, reload_failed=self.systemd.reload_failed,
                                      ran_on=self._ran_on)
-        self.claimer = Claimer(self.db, self.q, self.owner, s, self.dispatcher, m,
-                               on_db_ok=self.note_db_ok, unwritten=self.completer.unwritten)
+        self.claimer = Claimer(self.db, self.q, self.owner, s,
+                               HandOut(self.children, self.dispatcher, s, self.owner), m,
+                               on_db_ok=self.note_db_ok, unwritten=self.completer.unwritten,
+                               holding=self.children.holding)
         self.notifier = Notifier(self.db, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
         self.reaper = Reaper(self.db, self.q, interval=reap_interval(s.lease_ttl),

@@ -13,12 +13,15 @@ holds for both kinds.
 Exits are seen through a pidfd registered with the event loop (readable when the process
 ends), so a child killed by a signal is noticed at once, and signals go through
 ``pidfd_send_signal``, so a recycled pid can never be hit by mistake.
+
+A child's state is not this module's: ``Children`` (worker/children.py) owns it and the
+register of alive children; the supervisor adds each child it spawns, retires one it asks to
+stop and reports its exit there.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
 import signal
@@ -33,27 +36,10 @@ from typing import Any, Callable
 
 from jobrun import protocol
 from jobrun.logs import event
+from jobrun.worker.children import Children, ChildState
 from jobrun.worker.forkserver import ForkedProcess, ForkServers
 
 log = logging.getLogger("jobrun.supervisor")
-
-
-class ChildState(enum.Enum):
-    """A child's state, as the master sees it; this module owns it::
-
-        STARTING --ready--> IDLE --claim--> RESERVED --job--> BUSY --result--> IDLE ...
-        STARTING (a job parked for it) --ready--> BUSY
-        STARTING (a successor) --ready--> STANDBY --its predecessor's last result--> IDLE | BUSY
-        any --stop/recycle/reload--> RETIRING;  any --exit--> EXITED
-    """
-
-    STARTING = "starting"
-    STANDBY = "standby"  # ready, waiting for the child it replaces to finish its last job
-    IDLE = "idle"
-    RESERVED = "reserved"  # idle, with a claim running for it
-    BUSY = "busy"
-    RETIRING = "retiring"  # finishes what it holds, then exits
-    EXITED = "exited"
 
 
 @dataclass
@@ -80,8 +66,9 @@ class Child:
     process: subprocess.Popen | ForkedProcess  # .pid (0 until forked), .wait()
     sock: socket.socket
     pidfd: int
-    state: ChildState = ChildState.STARTING
-    job: Inflight | None = None  # the job it runs
+    # Read through ``state``; moved only by Children (worker/children.py).
+    _state: ChildState = ChildState.STARTING
+    job: Inflight | None = None  # the job it runs (Children.start / Children.end)
     # Jobs already written to its socket, behind ``job``, in the order it will run them.
     queued: deque[Inflight] = field(default_factory=deque)
     # A job claimed for it while it starts, with its frame: kept in the master (a job goes
@@ -103,6 +90,10 @@ class Child:
     # that starts (the supervisor then writes the rest when the socket becomes writable).
     _outbox: bytearray = field(default_factory=bytearray)
     _on_backlog: Callable[["Child"], None] = lambda child: None
+
+    @property
+    def state(self) -> ChildState:
+        return self._state
 
     @property
     def pid(self) -> int:
@@ -171,7 +162,7 @@ class Supervisor:
                  max_memory: int, soft_time_limit: float, alive_interval: float,
                  env: dict[str, str], forkservers: ForkServers | None = None,
                  on_frame: Callable[[Child, dict[str, Any]], None],
-                 on_exit: Callable[[Child, int], None]) -> None:
+                 on_exit: Callable[[Child, int], None], children: Children | None = None) -> None:
         self.loop = loop
         self.app = app
         self.configure(max_tasks=max_tasks, max_memory=max_memory,
@@ -180,7 +171,7 @@ class Supervisor:
         self.forkservers = forkservers  # None: every child by exec
         self.on_frame = on_frame
         self.on_exit = on_exit
-        self.children: dict[Child, Child] = {}  # in spawn order
+        self.children = Children() if children is None else children
 
     def configure(self, *, max_tasks: int, max_memory: int, soft_time_limit: float,
                   alive_interval: float) -> None:
@@ -202,7 +193,7 @@ class Supervisor:
                 sock.setblocking(False)
                 child = Child(index=index, generation=generation, process=ForkedProcess(pid),
                               sock=sock, pidfd=-1, _on_backlog=self._write_later)
-                self.children[child] = child
+                self.children.add(child)
                 self._watch(child)
                 return child
             parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -217,12 +208,12 @@ class Supervisor:
             finally:
                 child_sock.close()
             if asked:
-                self.children[child] = child
+                self.children.add(child)
                 return child
             parent_sock.close()
         child = Child(index=index, generation=generation, process=None, sock=None, pidfd=-1,
                       _on_backlog=self._write_later)
-        self.children[child] = child
+        self.children.add(child)
         self._start_by_exec(child)
         return child
 
@@ -329,11 +320,11 @@ class Supervisor:
             os.close(child.pidfd)
             child.pidfd = -1
         child.sock.close()
-        self.children.pop(child, None)
+        self.children.discard(child)
         try:
             self.on_exit(child, status)
         finally:
-            child.state = ChildState.EXITED
+            self.children.exited(child)
 
     def kill(self, child: Child, reason: str) -> None:
         if child.kill_reason is None:
@@ -342,9 +333,9 @@ class Supervisor:
 
     def stop(self, child: Child) -> None:
         """Ask a child to exit after the jobs it holds (if any)."""
-        child.state = ChildState.RETIRING
+        self.children.retire(child)
         if child.job is None and not child.queued:
             child.send(protocol.encode({"t": "stop"}))
 
     def alive(self) -> list[Child]:
-        return list(self.children.values())
+        return self.children.alive()

@@ -39,7 +39,7 @@ async def settings(conn: psycopg.AsyncConnection) -> dict[str, str]:
 def test_the_claim_connection_waits_for_the_flush_and_keeps_the_dsn_options(pg_dsn, schema):
     async def scenario() -> tuple[dict[str, str], dict[str, str]]:
         claimer = Claimer(with_options(pg_dsn), for_schema(schema), "test:1:claimer", settings=None,
-                          dispatcher=None, metrics=None, on_db_ok=lambda: None)
+                          handout=None, metrics=None, on_db_ok=lambda: None)
         await claimer.connect()
         first = await settings(claimer.conn)
         await claimer.conn.close()  # a reconnect carries the same options

@@ -11,12 +11,12 @@ def test_ready_while_a_claim_runs_for_the_idle_child():
     async def body(m):
         d = m.dispatcher
         d.replenish()
-        [child] = d.current()
+        [child] = m.children.current()
         await until(lambda: child.state is S.IDLE and d.booted.is_set())
         assert m.ready()
-        child.state = S.RESERVED  # what the claimer does while its statement runs
+        m.children.reserve(child)  # what the hand-out does while the claim statement runs
         assert m.ready()
-        child.state = S.IDLE
+        m.children.unreserve(child)
         m.stopping = True
         assert not m.ready()
         m.stopping = False
