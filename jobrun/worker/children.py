@@ -45,23 +45,9 @@ jobs) and by ``closing`` (the master stops: no child is handed a job ahead).
 
 from __future__ import annotations
 
-import enum
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-if TYPE_CHECKING:  # pragma: no cover
-    from jobrun.worker.supervisor import Child, Inflight
-
-
-class ChildState(enum.Enum):
-    """A child's state, as the master sees it (the table in this module's docstring)."""
-
-    STARTING = "starting"
-    STANDBY = "standby"  # ready, waiting for the child it replaces to finish its last job
-    IDLE = "idle"
-    RESERVED = "reserved"  # idle, with a claim running for it
-    BUSY = "busy"
-    RETIRING = "retiring"  # finishes what it holds, then exits
-    EXITED = "exited"
+from jobrun.worker.child import Child, ChildState, Inflight
 
 
 S = ChildState

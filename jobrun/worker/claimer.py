@@ -32,7 +32,7 @@ from jobrun.store.connector import CLAIMS, Connector
 from jobrun.worker.handout import HandOut
 from jobrun.worker.lifecycle import Service, backoff_sleep
 from jobrun.worker.metrics import Metrics
-from jobrun.worker.supervisor import Inflight
+from jobrun.worker.child import Inflight
 
 log = logging.getLogger("jobrun.master")
 PLAIN_RETRY = 1.0  # seconds of claim_jobs after claim_plain said it did not apply

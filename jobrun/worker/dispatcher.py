@@ -30,14 +30,16 @@ from jobrun.policy import (
     DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
     max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
 )
-from jobrun.worker.children import Children, ChildState
+from jobrun.worker.child import ChildState
+from jobrun.worker.children import Children
 from jobrun.worker.completer import Completion
 from jobrun.worker.exits import EXIT_BOOT_ERROR, describe_exit
 from jobrun.worker.forkserver import child_limits
 from jobrun.worker.heartbeat import Lease
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import Metrics
-from jobrun.worker.supervisor import Child, Inflight, Supervisor
+from jobrun.worker.child import Child, Inflight
+from jobrun.worker.supervisor import Supervisor
 
 log = logging.getLogger("jobrun.master")
 S = ChildState

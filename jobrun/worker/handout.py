@@ -26,9 +26,10 @@ from typing import Any
 from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.policy import prefetch
-from jobrun.worker.children import Children, ChildState
+from jobrun.worker.child import ChildState
+from jobrun.worker.children import Children
 from jobrun.worker.dispatcher import Dispatcher
-from jobrun.worker.supervisor import Child, Inflight
+from jobrun.worker.child import Child, Inflight
 
 S = ChildState
 Batch = dict[Child, list[tuple[Inflight, dict[str, Any], bytes]]]

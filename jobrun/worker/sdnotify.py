@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from jobrun.logs import event
 from jobrun.sdnotify import Notify, monotonic_usec
-from jobrun.worker.supervisor import ChildState
+from jobrun.worker.child import ChildState
 
 log = logging.getLogger("jobrun.systemd")
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from jobrun.logs import event
 from jobrun.policy import RELEASED, SUCCEEDED
-from jobrun.worker.supervisor import ChildState
+from jobrun.worker.child import ChildState
 
 if TYPE_CHECKING:  # pragma: no cover
     from jobrun.worker.master import Master

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobrun.worker.children import MOVES, Children, ChildState, IllegalMove
+from jobrun.worker.child import ChildState
+from jobrun.worker.children import MOVES, Children, IllegalMove
 from jobrun.worker.forkserver import ForkedProcess
-from jobrun.worker.supervisor import Child, Inflight
+from jobrun.worker.child import Child, Inflight
 
 S = ChildState
 ALIVE = [s for s in S if s is not S.EXITED]

@@ -8,10 +8,10 @@ import socket
 
 from jobrun import protocol
 from jobrun.config import Settings
-from jobrun.worker.children import ChildState
+from jobrun.worker.child import ChildState
 from jobrun.worker.forkserver import ForkedProcess
 from jobrun.worker.master import Master
-from jobrun.worker.supervisor import Child
+from jobrun.worker.child import Child
 
 S = ChildState
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from jobrun.sdnotify import Notify
 from jobrun.worker.sdnotify import SystemdHooks
-from jobrun.worker.supervisor import ChildState
+from jobrun.worker.child import ChildState
 
 
 def _hooks(children, loop_ok, thread):

@@ -13,7 +13,7 @@ from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.worker.master import Master
 from jobrun.testing import wait_for_async
-from jobrun.worker.supervisor import ChildState, Inflight
+from jobrun.worker.child import ChildState, Inflight
 
 S = ChildState
 
