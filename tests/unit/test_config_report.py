@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-pw-do-not-print"
 
@@ -77,3 +79,21 @@ def test_check_reports_broken_toml_and_missing_file(tmp_path):
 def test_health_of_nothing_listening_is_1(tmp_path):
     done = _jobrun("health", "--addr", "127.0.0.1:1", "--timeout", "2", env=_clean_env(), cwd=tmp_path)
     assert done.returncode == 1 and "unreachable" in done.stderr
+
+
+@pytest.mark.parametrize("line,says", [("concurrency = 0", "concurrency must be at least 1"),
+                                       ("prefetch = 0", "prefetch must be at least 1"),
+                                       ('log_format = "yaml"', "log_format is one of text, json")])
+def test_check_and_a_master_start_refuse_a_value_alike(tmp_path, line, says):
+    """One line of the settings table decides for `config check` and for `jobrun-master` (and
+    for a SIGHUP: tests/unit/test_master_parts.py); both name the file and the key."""
+    conf = tmp_path / "jobrun.toml"
+    conf.write_text(line + "\n")
+    checked = _jobrun("config", "check", str(conf), env=_clean_env(), cwd=tmp_path)
+    assert checked.returncode == 1 and f"{conf}: {says}" in checked.stderr, checked.stderr
+    started = subprocess.run([sys.executable, "-m", "jobrun.worker.cli", "-A", "tests.apps.taskapp",
+                              "--dsn", "postgresql://nobody@127.0.0.1:1/none"],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                             env=dict(_clean_env(), PYTHONPATH=str(ROOT), JOBRUN_CONFIG=str(conf)))
+    assert started.returncode == 2, started.stderr
+    assert f"{conf}: {says}" in started.stderr and "Traceback" not in started.stderr
