@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from jobrun import config, protocol
 from jobrun.config import Settings
 from jobrun.worker.exits import describe_exit
+from jobrun.worker.forkserver import ForkServers
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.master import Master
 
@@ -220,7 +221,7 @@ def test_every_part_of_the_master_is_in_its_one_list():
         m = wired(spawn="fork")
         listed = list(m.parts)
         long_lived = [v for v in vars(m).values()
-                      if isinstance(v, Service) or type(v).__name__ == "ForkServers"]
+                      if isinstance(v, (Service, ForkServers))]
         assert m.forkservers is not None and m.scheduler in long_lived
         assert {id(p) for p in long_lived} | {id(m.systemd.watchdog)} == {id(p) for p in listed}
         starts = {e.part.name: e.starts for e in m.parts.entries}
