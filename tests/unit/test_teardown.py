@@ -7,6 +7,9 @@ import asyncio
 import logging
 from collections import Counter
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from jobrun.worker import teardown
 from jobrun.worker.lifecycle import Entry, Parts
 
@@ -102,3 +105,25 @@ def test_each_stage_stops_its_parts_last_started_first(caplog):
     assert [line.split(":")[0] for line in lines[:-1]] == [f"teardown {n}/6" for n in range(1, 7)]
     assert lines[-1] == "master.stopped"
     assert caplog.records[-1].jobrun_fields["succeeded"] == 3
+
+
+@settings(max_examples=80, deadline=None)
+@given(plan=st.lists(st.tuples(st.sampled_from(Parts.PHASES), st.integers(1, 6)), max_size=12))
+def test_any_list_starts_in_order_and_stops_each_stage_in_reverse(plan):
+    """Whatever the list: every part starts once, phase by phase in list order, takes new
+    settings once, and stops once, stage by stage, the later-listed first within a stage."""
+    log: list[str] = []
+    parts = Parts([Entry(Recorder(str(i), log), phase, stage)
+                   for i, (phase, stage) in enumerate(plan)], on_crash=print)
+
+    async def walk():
+        for phase in Parts.PHASES:
+            parts.start(phase)
+        parts.reconfigure(object())
+        for stage in range(1, 7):
+            await parts.stop(stage)
+    asyncio.run(walk())
+    order = sorted(range(len(plan)), key=lambda i: (Parts.PHASES.index(plan[i][0]), i))
+    stops = sorted(range(len(plan)), key=lambda i: (plan[i][1], -i))
+    assert log == ([f"start {i}" for i in order] + [f"reconfigure {i}" for i in range(len(plan))]
+                   + [f"stop {i}" for i in stops])
