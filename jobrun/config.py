@@ -1,9 +1,16 @@
-"""Settings: one dataclass, filled from defaults < config file < JOBRUN_* environment < flags.
+"""Settings: one table, filled from defaults < config file < JOBRUN_* environment < flags.
 
 The config file is the first of ``$JOBRUN_CONFIG``, ``./jobrun.toml``,
 ``/etc/jobrun/jobrun.toml`` that exists (``etc/jobrun.toml`` documents every key). The
 database URL resolves the same way; with none anywhere, jobrun starts (or joins) an embedded
 PostgreSQL kept under ``state_dir``, so every command run from one directory shares it.
+
+``Settings`` is the table: each line names a setting, its type and default, how it is read,
+its bounds or choices, and whether a SIGHUP applies it to a running master. Every value,
+wherever it comes from, is checked by its line: at start (``load``), at a reload (the master
+calls ``load`` again and refuses a file that fails), and by ``jobrun config check``. A value
+out of its bounds names where it came from (``--prefetch``, ``JOBRUN_PREFETCH`` or the file
+and key).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from jobrun import validate
 from jobrun.policy import dispatch
@@ -21,6 +28,8 @@ from jobrun.errors import InvalidInput
 
 CONFIG_PATHS = ("./jobrun.toml", "/etc/jobrun/jobrun.toml")
 SPAWN_MODES = ("fork", "exec")  # how the master starts children (docs/spawning.md)
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def _cpu_count() -> int:
@@ -30,85 +39,127 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+# --- how a value is read (each raises ValueError, TypeError or InvalidInput) --------------
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _word(value: Any) -> str:
+    return str(value).strip().lower()
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    return int(value)
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = str(value).strip().lower()
+    if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+        raise ValueError(value)
+    return lowered in ("1", "true", "yes", "on")
+
+
+def _queue_names(value: Any) -> tuple[str, ...]:
+    return tuple(q for q, _ in dispatch.parse_queues(value))
+
+
+def _queue_limits(value: Any) -> tuple[tuple[str, int], ...]:
+    return tuple((q, n) for q, n in dispatch.parse_queues(value) if n is not None)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One line of the table: how a setting is read, its bounds or choices, and whether a
+    SIGHUP applies it (the others are read once, at start: changing them takes a restart)."""
+    read: Callable[[Any], Any]
+    low: float | None = None
+    choices: tuple[str, ...] = ()
+    reload: bool = True
+
+
+def setting(default: Any = dataclasses.MISSING, read: Callable[[Any], Any] = _text, *,
+            low: float | None = None, choices: tuple[str, ...] = (), reload: bool = True,
+            factory: Callable[[], Any] | None = None) -> Any:
+    rule = Rule(read, low, choices, reload)
+    if factory is not None:
+        return field(default_factory=factory, metadata={"rule": rule})
+    return field(default=default, metadata={"rule": rule})
+
+
+_duration = validate.duration
+
+
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
-    schema: str = "jobrun"
-    state_dir: str = ".jobrun"
-    max_payload_bytes: int = validate.DEFAULT_MAX_PAYLOAD_BYTES
-    pooled: bool = False  # database_url is a transaction pooler (PgBouncer): producers only
+    # name: type = setting(default, how it is read, bounds or choices; reload=False: read at
+    # start only, a SIGHUP keeps the value the master started with)
+    database_url: str | None = setting(None, reload=False)
+    schema: str = setting("jobrun", validate.schema_name, reload=False)
+    state_dir: str = setting(".jobrun", reload=False)
+    max_payload_bytes: int = setting(validate.DEFAULT_MAX_PAYLOAD_BYTES, _integer, low=0)
+    pooled: bool = setting(False, _flag, reload=False)  # a transaction pooler: producers only
     # master
-    app: str | None = None
-    concurrency: int = field(default_factory=_cpu_count)
-    queues: tuple[str, ...] = ("default",)
+    app: str | None = setting(None, reload=False)
+    concurrency: int = setting(read=_integer, factory=_cpu_count, low=1)
+    queues: tuple[str, ...] = setting(("default",), _queue_names)
     # -Q emails=4: at most 4 of this master's jobs of that queue leased at once (derived from
     # the queues setting); how the claim orders the served queues (jobrun/policy/dispatch.py)
-    queue_limits: tuple[tuple[str, int], ...] = ()
-    queue_order: str = "global"
-    poll_interval: float = 0.2
-    prefetch: int = 256  # jobs a child may hold (running + waiting); 1 = one at a time
-    prefetch_max_runtime: float = 0.1  # most work (by recent run times) queued in a child
-    max_tasks_per_child: int = 0
-    spawn: str = "fork"  # fork: children forked by the fork server; exec: each imports the app
-    max_memory_per_child: int = 0  # MiB; 0 = no limit
-    time_limit: float = 0.0  # seconds; 0 = none
-    soft_time_limit: float = 0.0
-    grace: float = 30.0
-    lease_ttl: float = 30.0
-    schedule_lease_ttl: float = 10.0  # scheduler leader lease; takeover within ttl * 4/3
-    retention: float = 7 * 86400.0
-    metrics_addr: str = "127.0.0.1:9110"
-    metrics_allow_remote: bool = False
-    log_format: str = "text"
-    log_level: str = "info"
+    queue_limits: tuple[tuple[str, int], ...] = setting((), _queue_limits)
+    queue_order: str = setting("global", _word, choices=dispatch.ORDERS)
+    poll_interval: float = setting(0.2, _duration)
+    prefetch: int = setting(256, _integer, low=1)  # jobs a child may hold (running + waiting)
+    prefetch_max_runtime: float = setting(0.1, _duration)  # most work (by run times) in a child
+    max_tasks_per_child: int = setting(0, _integer, low=0)
+    # fork: children forked by the fork server; exec: each imports the app (docs/spawning.md)
+    spawn: str = setting("fork", _word, choices=SPAWN_MODES, reload=False)
+    max_memory_per_child: int = setting(0, _integer, low=0)  # MiB; 0 = no limit
+    time_limit: float = setting(0.0, _duration)  # seconds; 0 = none
+    soft_time_limit: float = setting(0.0, _duration)
+    grace: float = setting(30.0, _duration)
+    lease_ttl: float = setting(30.0, _duration)
+    schedule_lease_ttl: float = setting(10.0, _duration)  # leader lease; takeover in ttl * 4/3
+    retention: float = setting(7 * 86400.0, _duration)
+    metrics_addr: str = setting("127.0.0.1:9110", reload=False)
+    metrics_allow_remote: bool = setting(False, _flag, reload=False)
+    log_format: str = setting("text", _word, choices=LOG_FORMATS, reload=False)
+    log_level: str = setting("info", _word, choices=LOG_LEVELS, reload=False)
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
-_DURATIONS = {"poll_interval", "prefetch_max_runtime", "time_limit", "soft_time_limit", "grace", "lease_ttl", "retention",
-              "schedule_lease_ttl"}
+RULES: dict[str, Rule] = {f.name: f.metadata["rule"] for f in dataclasses.fields(Settings)}
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
-    if name not in _FIELDS:
-        raise InvalidInput(f"{source}: unknown setting {name!r}")
-    ftype = _FIELDS[name].type
+def read(name: str, value: Any, where: str) -> Any:
+    """``value`` of setting ``name`` read and checked by its line of the table; ``where`` names
+    its source in the error (``--prefetch``, ``JOBRUN_PREFETCH``, ``FILE: prefetch``)."""
+    rule = RULES[name]
     try:
-        if name in _DURATIONS:
-            return validate.duration(value)
-        if name == "queues":
-            return tuple(q for q, _ in dispatch.parse_queues(value))
-        if name == "queue_limits":
-            return tuple((q, n) for q, n in dispatch.parse_queues(value) if n is not None)
-        if name == "queue_order":
-            return dispatch.check_order(str(value))
-        if name == "schema":
-            return validate.schema_name(value)
-        if name == "spawn":
-            if value not in SPAWN_MODES:
-                raise InvalidInput(f"spawn is fork or exec, not {value!r}")
-            return value
-        if "int" in ftype and "str" not in ftype:
-            if isinstance(value, bool):
-                raise ValueError(value)
-            number = int(value)
-            if number < 0:
-                raise ValueError(value)
-            return number
-        if "bool" in ftype:
-            if isinstance(value, bool):
-                return value
-            lowered = str(value).strip().lower()
-            if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                raise ValueError(value)
-            return lowered in ("1", "true", "yes", "on")
-        return None if value is None else str(value)
+        out = rule.read(value)
     except InvalidInput as exc:
-        raise InvalidInput(f"{source}: {exc}") from None
+        raise InvalidInput(f"{where}: {exc}") from None
     except (TypeError, ValueError):
-        raise InvalidInput(f"{source}: invalid value {value!r} for {name}") from None
+        raise InvalidInput(f"{where}: invalid value {value!r} for {name}") from None
+    if rule.low is not None and out < rule.low:
+        raise InvalidInput(f"{where} must be at least {rule.low:g}, not {value!r}")
+    if rule.choices and out not in rule.choices:
+        raise InvalidInput(f"{where} is one of {', '.join(rule.choices)}; not {value!r}")
+    return out
+
+
+def reloaded(running: Settings, new: Settings) -> tuple[Settings, list[str]]:
+    """What a running master takes from ``new`` (a SIGHUP): every setting a reload applies,
+    the others as it started; and the names of those ``new`` would change (they take a
+    restart)."""
+    kept = {name: getattr(running, name) for name, rule in RULES.items() if not rule.reload}
+    changed = sorted(name for name, value in kept.items() if getattr(new, name) != value)
+    return dataclasses.replace(new, **kept), changed
 
 
 def config_path(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -135,24 +186,28 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise InvalidInput(f"cannot read config file {path}: {exc}") from None
         for key, value in data.items():
-            _put(values, key, value, str(path))
-    for name in _FIELDS:
+            put(values, key, value, str(path), f"{path}: {key}")
+    for name in RULES:
         env = environ.get("JOBRUN_" + name.upper())
         if env is not None and env != "" and name != "queue_limits":
-            _put(values, name, env, "JOBRUN_" + name.upper())
+            put(values, name, env, "JOBRUN_" + name.upper())
     for key, value in (overrides or {}).items():
         if value is not None:
-            _put(values, key, value, "--" + key.replace("_", "-"))
+            put(values, key, value, "--" + key.replace("_", "-"))
     return Settings(**values)
 
 
-def _put(values: dict[str, Any], key: str, value: Any, source: str) -> None:
-    if key == "queue_limits":
-        raise InvalidInput(f"{source}: unknown setting 'queue_limits' (write limits in queues:"
-                           " emails=4,default)")
-    values[key] = _coerce(key, value, source)
+def put(values: dict[str, Any], key: str, value: Any, source: str,
+        where: str | None = None) -> None:
+    """Read ``key = value`` from ``source`` into ``values`` (``where``: the source and key, for a
+    file)."""
+    if key not in RULES or key == "queue_limits":
+        hint = " (write limits in queues: emails=4,default)" if key == "queue_limits" else ""
+        raise InvalidInput(f"{source}: unknown setting {key!r}{hint}")
+    where = where or source
+    values[key] = read(key, value, where)
     if key == "queues":  # emails=4,default: the names, and this master's limits
-        values["queue_limits"] = _coerce("queue_limits", value, source)
+        values["queue_limits"] = read("queue_limits", value, where)
 
 
 def resolve_dsn(settings: Settings) -> str:

@@ -2,8 +2,9 @@
 
 ``effective`` rebuilds the settings the way :func:`jobrun.config.load` does (defaults < config
 file < JOBRUN_* environment < flags) and says, for each, which of those decided it; secrets
-are redacted. ``check_file`` validates one config file the way a master would read it, every
-bad key named, unknown keys included.
+are redacted. ``check_file`` validates one config file by the table a master reads it with
+(``jobrun.config.Settings``, at start and at every SIGHUP), every bad key named, unknown keys
+included.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from jobrun.redact import redact
 from jobrun.errors import InvalidInput, JobrunError
 
 SECRETS = ("database_url",)
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,7 @@ def check_file(path: Path) -> list[str]:
     values: dict[str, Any] = {}
     for key, value in data.items():
         try:
-            known = key in {f.name for f in dataclasses.fields(config.Settings)}
-            values[key] = config._coerce(key, value, f"{path}: {key}" if known else str(path))
+            config.put(values, key, value, str(path), f"{path}: {key}")
         except JobrunError as exc:
             problems.append(str(exc))
     problems.extend(_cross_checks(path, values))
@@ -82,17 +81,10 @@ def check_file(path: Path) -> list[str]:
 
 
 def _cross_checks(path: Path, values: dict[str, Any]) -> list[str]:
-    """What the master refuses at start beyond each value's type."""
+    """What the master refuses at start beyond each value: a metrics address it may not bind."""
     from jobrun.worker.metrics import parse_addr
 
     out = []
-    if values.get("log_format", "text") not in ("text", "json"):
-        out.append(f"{path}: log_format: is text or json, not {values['log_format']!r}")
-    if str(values.get("log_level", "info")).lower() not in LOG_LEVELS:
-        out.append(f"{path}: log_level: is one of {', '.join(LOG_LEVELS)}")
-    for key in ("concurrency", "prefetch"):
-        if key in values and values[key] < 1:
-            out.append(f"{path}: {key}: must be at least 1")
     if "metrics_addr" in values:
         try:
             parse_addr(values["metrics_addr"], values.get("metrics_allow_remote", False))

@@ -80,7 +80,7 @@ def run(
                      metrics_allow_remote=metrics_allow_remote or None, log_format=log_format,
                      log_level=log_level)
     try:
-        settings = config.load(overrides)
+        settings = config.load(overrides)  # every value checked by its line of the table
     except JobrunError as exc:
         typer.echo(f"jobrun-master: error: {exc}", err=True)
         raise typer.Exit(2)
@@ -91,15 +91,6 @@ def run(
         raise typer.Exit(2)
     if not settings.app:
         typer.echo("jobrun-master: error: name the app with -A MODULE[:ATTR] (or app = in the config file)", err=True)
-        raise typer.Exit(2)
-    if settings.concurrency < 1:
-        typer.echo("jobrun-master: error: -c must be at least 1", err=True)
-        raise typer.Exit(2)
-    if settings.prefetch < 1:
-        typer.echo("jobrun-master: error: --prefetch must be at least 1", err=True)
-        raise typer.Exit(2)
-    if settings.log_format not in ("text", "json"):
-        typer.echo("jobrun-master: error: --log-format is text or json", err=True)
         raise typer.Exit(2)
     logs.setup(settings.log_format, settings.log_level)
     log = logging.getLogger("jobrun.master")

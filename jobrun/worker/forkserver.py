@@ -260,7 +260,11 @@ class ForkServer:
 
 
 class ForkServers:
-    """The fork server the supervisor spawns through: its start, restarts and reloads."""
+    """The fork server the supervisor spawns through: its start, restarts and reloads. A part
+    of the master (lifecycle.Part): started first, before any thread or connection of the
+    master, and stopped last."""
+
+    name = "forkservers"
 
     def __init__(self, loop: asyncio.AbstractEventLoop, app: str, env: dict[str, str],
                  on_died: Callable[[], None] = lambda: None,
@@ -324,6 +328,10 @@ class ForkServers:
             server.kill()
             return False
 
+    def reconfigure(self, settings: Settings) -> None:
+        """Nothing: the app and the environment stay those the master started with (a SIGHUP
+        starts a new server through ``reload``, which imports the code as it is now)."""
+
     def reload(self, done: Callable[[bool], None]) -> None:
         """Start a server with the code as it is now; ``done(ok)`` once it is ready or dead."""
         if self.pending is not None:  # a newer SIGHUP wins
@@ -382,7 +390,7 @@ class ForkServers:
         if done is not None:
             done(ok)
 
-    async def stop(self, timeout: float = 5.0) -> None:
+    async def stop(self, timeout: float | None = 5.0) -> None:
         """Retire every server and wait for them to exit (safe twice)."""
         import asyncio
 

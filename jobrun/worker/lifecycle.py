@@ -8,6 +8,11 @@ it logs ``service.crashed`` and calls ``on_crash`` (the master then stops with e
 a half-alive master that claims jobs whose outcomes are never written is worse than none).
 ``reconfigure(settings)`` applies new settings (SIGHUP) to the running part.
 
+``Parts`` is the master's one list of its parts, in start order: each says the phase that
+starts it and the teardown stage that stops it, and a reload reaches every one. Start-up,
+reload and teardown all walk it, so a part cannot be left out of one of them. A part is a
+``Service`` or anything with the same three verbs (the fork servers).
+
 ``PeriodicDbService`` is a part that does one unit of database work at a time on a connection
 of its own (the reaper, the aging sweeper, the worker registry): it reconnects when the
 connection broke, logs a failed unit and retries it after a backoff, and waits as long as the
@@ -20,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol
 
 import psycopg
 
@@ -93,6 +99,59 @@ class Service:
     def _interrupt_gently(self) -> None:
         """Ask the part to finish what it is doing and stop (the default: at once)."""
         self._interrupt()
+
+
+class Part(Protocol):
+    """What the master's list holds: a part that starts, takes new settings and stops."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def reconfigure(self, settings: Any) -> None: ...
+
+    async def stop(self, timeout: float | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class Entry:
+    part: Part
+    starts: str  # the start-up phase that starts it (Parts.PHASES)
+    stops: int  # the teardown stage that stops it (worker/teardown.py)
+
+
+class Parts:
+    """The master's parts in start order (the teardown stops each stage's in reverse)."""
+
+    # "first": before any thread or connection of the master; "boot": before the first child is
+    # ready; "serve": once one is (claiming, leases, maintenance).
+    PHASES = ("first", "boot", "serve")
+
+    def __init__(self, entries: list[Entry],
+                 on_crash: Callable[[Service, BaseException], None]) -> None:
+        for entry in entries:
+            assert entry.starts in self.PHASES, entry
+            if isinstance(entry.part, Service):
+                entry.part.on_crash = on_crash
+        self.entries = entries
+
+    def __iter__(self) -> Iterator[Part]:
+        return (entry.part for entry in self.entries)
+
+    def start(self, phase: str) -> None:
+        for entry in self.entries:
+            if entry.starts == phase:
+                entry.part.start()
+
+    def reconfigure(self, settings: Any) -> None:
+        for part in self:
+            part.reconfigure(settings)
+
+    async def stop(self, stage: int, timeout: float | None = None) -> None:
+        """Stop the parts of teardown stage ``stage``, the last started first."""
+        for entry in reversed(self.entries):
+            if entry.stops == stage:
+                await entry.part.stop(timeout)
 
 
 class PeriodicDbService(Service):

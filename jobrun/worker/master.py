@@ -1,4 +1,4 @@
-"""The prefork master: wires the parts together, orders start-up and teardown, and holds the
+"""The prefork master: builds its parts and lists them once (``_wire``), and holds the
 ``handle_<signal>`` methods. Business rules live in jobrun.policy; the parts in their modules:
 
     notifier ─wake─> claimer ─job frames─> children ─result frames─> dispatcher ─> completer
@@ -7,9 +7,10 @@
 
 One event loop (uvloop) in the main thread runs every part but the heartbeater thread (see
 docs/architecture.md). Signal handlers (``loop.add_signal_handler``, already a self-pipe) only
-call ``handle_<signal>``, small methods a test can call directly. Every part is a
-lifecycle.Service, started in order and stopped in reverse (worker/teardown.py); one that
-crashes stops the master (exit 1).
+call ``handle_<signal>``, small methods a test can call directly. The list of parts
+(lifecycle.Parts) names for each the phase that starts it and the teardown stage that stops
+it; a SIGHUP reaches every one, and one that crashes stops the master (exit 1). The teardown
+(worker/teardown.py) sees the master only through the ``Crew`` it is given.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ import os
 import signal
 import socket
 import uuid
-from dataclasses import replace
 from typing import Any, Callable
 
 from setproctitle import setproctitle
 
-from jobrun import protocol
+from jobrun import config, protocol
 from jobrun.child.clone import unsupported as forkserver_unsupported
 from jobrun.config import Settings
 from jobrun.errors import JobrunError
@@ -35,6 +35,7 @@ from jobrun.policy import database_reached, reap_interval
 from jobrun.sql import for_schema
 from jobrun.store.connector import Connector
 from jobrun.worker import teardown
+from jobrun.worker.teardown import CLAIMS, LAST, LEASES, SERVICES
 from jobrun.worker.aging import AgingSweeper
 from jobrun.worker.children import Children
 from jobrun.worker.claimer import Claimer
@@ -44,7 +45,7 @@ from jobrun.worker.exits import EXIT_BOOT_ERROR, EXIT_FATAL, EXIT_OK, describe_e
 from jobrun.worker.forkserver import ForkServer, ForkServers, child_env, child_limits
 from jobrun.worker.handout import HandOut
 from jobrun.worker.heartbeat import Heartbeater
-from jobrun.worker.lifecycle import Service
+from jobrun.worker.lifecycle import Entry, Parts, Service
 from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
 from jobrun.worker.notifier import Notifier
 from jobrun.worker.reaper import Reaper
@@ -73,7 +74,6 @@ class Master:
         self.exit_code = EXIT_OK
         self.metrics = Metrics()
         self.db = Connector(dsn)  # every part's connections, and the one database health
-        self.services: list[Service] = []  # in start order
         self.systemd = SystemdHooks(  # sd_notify (a no-op without NOTIFY_SOCKET)
             busy=lambda: self.dispatcher.running(), total=lambda: self.dispatcher.target,
             done=lambda: self.dispatcher.jobs_done(), children=lambda: self.dispatcher.current(),
@@ -87,18 +87,15 @@ class Master:
         self.done = asyncio.Event()
         self.fast = asyncio.Event()
         self._wire()
-        if self.forkservers is not None:
-            # First, before any thread or connection of the master exists; it imports the app
-            # while the claimer connects. Usually the command line launched it already, before
-            # the master's own imports and migrations: here it is only watched.
-            self.forkservers.start()
-        elif self.launched is not None:
-            self.launched.abandon()
+        # First, before any thread or connection of the master exists: the fork server imports
+        # the app while the claimer connects. Usually the command line launched it already,
+        # before the master's own imports and migrations: here it is only watched.
+        self.parts.start("first")
         try:
             await self.claimer.connect()
         except JobrunError as exc:
             event(log, logging.CRITICAL, "master.start_failed", error=str(exc))
-            await self.stop_forkservers()
+            await self.parts.stop(LAST, teardown.CLOSE)  # the fork server
             return EXIT_FATAL
         if self.forkservers is not None:
             status = await self.forkservers.booted()
@@ -108,11 +105,7 @@ class Master:
         for name in protocol.MASTER_SIGNALS:
             self.loop.add_signal_handler(getattr(signal, "SIG" + name),
                                          getattr(self, "handle_" + name.lower()))
-        booting = [s for s in (self.http, self.dispatcher) if s is not None]
-        serving = [self.completer, self.notifier, self.reaper, self.aging, self.scheduler,
-                   self.registry, self.ticker, self.heartbeater, self.claimer]
-        for service in booting:
-            self._start(service)
+        self.parts.start("boot")
         await asyncio.wait([asyncio.ensure_future(self.dispatcher.booted.wait()),
                             asyncio.ensure_future(self.done.wait())],
                            return_when=asyncio.FIRST_COMPLETED)
@@ -120,14 +113,13 @@ class Master:
             s = self.settings
             event(log, logging.INFO, "master.ready", app=s.app, concurrency=self.dispatcher.target,
                   queues=",".join(s.queues), owner=self.owner, pid=self.pid)
-            for service in serving:
-                self._start(service)
+            self.parts.start("serve")
         await self.done.wait()
         return self.exit_code
 
     def _wire(self) -> None:
         s, m = self.settings, self.metrics
-        env = self._child_env()
+        env = child_env(self.dsn, s.schema)
         self.forkservers = self._forkservers(env)
         self.children = Children()
         self.supervisor = Supervisor(
@@ -172,18 +164,35 @@ class Master:
         addr = parse_addr(s.metrics_addr, s.metrics_allow_remote)
         self.http = None if addr is None else HttpServer(addr[0], addr[1], m, health=self.health,
                                                          ready=self.ready)
+        # Every part in start order, the phase that starts it and the teardown stage that stops
+        # it: start-up, reload and teardown walk this list and no other.
+        self.parts = Parts([Entry(part, starts, stops) for part, starts, stops in (
+            (self.forkservers, "first", LAST),  # before any thread or connection of the master
+            (self.http, "boot", SERVICES), (self.dispatcher, "boot", SERVICES),
+            (self.completer, "serve", SERVICES), (self.notifier, "serve", CLAIMS),
+            (self.reaper, "serve", SERVICES), (self.aging, "serve", SERVICES),
+            (self.scheduler, "serve", CLAIMS), (self.registry, "serve", SERVICES),
+            (self.ticker, "serve", SERVICES), (self.heartbeater, "serve", LEASES),
+            (self.claimer, "serve", CLAIMS), (self.systemd.watchdog, "serve", LAST),
+        ) if part is not None], on_crash=self._service_crashed)
+        self.crew = teardown.Crew(
+            parts=self.parts, pool=self.dispatcher, children=self.supervisor, claimer=self.claimer,
+            completer=self.completer, changed=self.claimer.wake_event, fast=self.fast,
+            grace=lambda: self.settings.grace, exit_code=lambda: self.exit_code)
 
     def _forkservers(self, env: dict[str, str]) -> ForkServers | None:
-        if self.settings.spawn != "fork":
-            return None
-        why = forkserver_unsupported()
-        if why is not None:
+        """None with --spawn exec, or where forking is unsupported: every child is exec'd."""
+        launched, self.launched = self.launched, None
+        why = "exec" if self.settings.spawn != "fork" else forkserver_unsupported()
+        if why is None:
+            return ForkServers(self.loop, self.settings.app or "", env,
+                               on_died=self.metrics.forkserver_deaths.inc, launched=launched)
+        if why != "exec":
             event(log, logging.WARNING, "forkserver.unsupported", reason=why,
                   note="starting every child by exec")
-            return None
-        launched, self.launched = self.launched, None
-        return ForkServers(self.loop, self.settings.app or "", env,
-                           on_died=self.metrics.forkserver_deaths.inc, launched=launched)
+        if launched is not None:
+            launched.abandon()
+        return None
 
     def _forkserver_boot_failed(self, status: int) -> int:
         what, _ = describe_exit(status)
@@ -194,18 +203,6 @@ class Master:
         event(log, logging.CRITICAL, "forkserver.start_failed", status=what,
               note="the fork server died before it was ready; try --spawn exec")
         return EXIT_FATAL
-
-    async def stop_forkservers(self) -> None:
-        if self.forkservers is not None:
-            await self.forkservers.stop()
-
-    def _start(self, service: Service) -> None:
-        service.on_crash = self._service_crashed
-        self.services.append(service)
-        service.start()
-
-    def _child_env(self) -> dict[str, str]:
-        return child_env(self.dsn, self.settings.schema)
 
     def _changed(self) -> None:
         self.ticker.mark_changed()
@@ -273,7 +270,7 @@ class Master:
               busy=self.dispatcher.running())
         self.systemd.stopping()  # STOPPING=1
         self.stopping = "drain"
-        self.loop.create_task(teardown.run(self))
+        self.loop.create_task(self._teardown())
 
     handle_int = handle_term
 
@@ -286,7 +283,13 @@ class Master:
         event(log, logging.INFO, "master.stopping_fast", busy=self.dispatcher.running())
         self.systemd.stopping()  # STOPPING=1
         self.stopping = "fast"
-        self.loop.create_task(teardown.run(self))
+        self.loop.create_task(self._teardown())
+
+    async def _teardown(self) -> None:
+        try:
+            await teardown.run(self.crew)
+        finally:
+            self.done.set()
 
     def handle_hup(self) -> None:
         """Re-read the settings (config file included), apply them to every part, and start a
@@ -296,9 +299,11 @@ class Master:
         self.systemd.reloading()  # RELOADING=1; READY=1 when the new children are up
         if self.reload_settings is not None:
             try:
-                new = self.reload_settings()
+                new = self.reload_settings()  # each value checked by its line of config.Settings
             except Exception as exc:  # noqa: BLE001 - keep running on a bad config
-                event(log, logging.ERROR, "reload.failed", error=str(exc))
+                event(log, logging.ERROR, "reload.failed", error=str(exc),
+                      note="the configuration was refused; the old settings stay")
+                self.metrics.reload_failures.inc()
                 self.systemd.reload_failed("bad configuration")
                 return
             self.reconfigure(new)
@@ -320,14 +325,14 @@ class Master:
         self.systemd.reload_failed("the new code does not load")
 
     def reconfigure(self, new: Settings) -> None:
-        """The one path new settings take: every part applies what concerns it. The app, the
-        schema, the database and the spawn mode stay those the master started with."""
-        keep = {"app": self.settings.app, "schema": self.settings.schema,
-                "database_url": self.settings.database_url, "spawn": self.settings.spawn}
-        self.settings = replace(new, **keep)
-        for service in (self.dispatcher, self.claimer, self.notifier, self.reaper, self.aging,
-                        self.heartbeater, self.registry, self.ticker, self.completer):
-            service.reconfigure(self.settings)
+        """The one path new settings take: every part applies what concerns it. The settings
+        read only at start (config.Settings: the app, schema, database, spawn mode, metrics
+        address, logging) keep the values the master started with."""
+        self.settings, kept = config.reloaded(self.settings, new)
+        if kept:
+            event(log, logging.WARNING, "reload.restart_needed", settings=",".join(kept),
+                  note="read at start only: these keep their old values until a restart")
+        self.parts.reconfigure(self.settings)
         self.ticker.mark_changed()
 
     def handle_ttin(self) -> None:

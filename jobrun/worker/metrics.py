@@ -77,7 +77,8 @@ class Metrics:
                                          "Fork servers that died unasked (each is restarted)",
                                          registry=r)
         self.reload_failures = Counter("jobrun_reload_failures",
-                                       "Reloads (SIGHUP) whose new children did not load", registry=r)
+                                       "Reloads (SIGHUP) that failed: a configuration refused,"
+                                       " or new children that did not load", registry=r)
         self.generation = Gauge("jobrun_generation", "The generation of children serving jobs",
                                 registry=r)
         # Recurring schedules (worker/scheduler.py); only the leading master's move.

@@ -91,6 +91,13 @@ class Scheduler(Service):
     def wake(self) -> None:
         self._wake.set()
 
+    def reconfigure(self, settings) -> None:
+        """A SIGHUP's lease TTL (from the next renewal on; the statement timeout that follows
+        it, from the next connection) and payload limit."""
+        self.ttl = settings.schedule_lease_ttl
+        self.period = self.ttl / 3
+        self.payload_limit = settings.max_payload_bytes
+
     # --- lifecycle ------------------------------------------------------------------------
 
     async def _run(self) -> None:

@@ -6,7 +6,8 @@
     boot       -> child_ready() ...      READY=1 once every child of the first generation is up
                                          (the schema was checked by the cli before the master
                                          was built)
-    running    -> a task on the event loop: WATCHDOG=1 every WATCHDOG_USEC / 2 while the loop
+    running    -> the watchdog, a part of the master (``Watchdog``, a lifecycle.Service) from
+                  the first READY=1 on: WATCHDOG=1 every WATCHDOG_USEC / 2 while the loop
                   ticks and the heartbeater thread is alive; STATUS= with
                   busy/total children and jobs done, when it changed
     SIGHUP     -> reloading()            RELOADING=1 with MONOTONIC_USEC; READY=1 again when
@@ -30,6 +31,7 @@ from typing import Any, Callable
 from jobrun.logs import event
 from jobrun.sdnotify import Notify, monotonic_usec
 from jobrun.worker.child import ChildState
+from jobrun.worker.lifecycle import Service
 
 log = logging.getLogger("jobrun.systemd")
 
@@ -48,9 +50,9 @@ class SystemdHooks:
         self.notify = notify if notify is not None else Notify.from_env()
         self.stopping_sent = False
         self._ready_pending = True  # READY=1 not yet sent for the current generation
-        self._status = ""
         self._note = ""  # appended to STATUS= (a failed reload)
-        self._task: asyncio.Task | None = None
+        self.readied = asyncio.Event()  # the first READY=1 was sent: the watchdog pings from then
+        self.watchdog = Watchdog(self)
 
     # --- the master's hooks ---------------------------------------------------------------
 
@@ -64,9 +66,8 @@ class SystemdHooks:
 
     def ready(self) -> None:
         self._ready_pending = False
-        self.notify.send(ready=1, status=self._render_status(), mainpid=os.getpid())
-        if self._task is None and self.notify.enabled:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        self.notify.send(ready=1, status=self.render_status(), mainpid=os.getpid())
+        self.readied.set()
 
     def reloading(self) -> None:
         self._ready_pending = True
@@ -84,15 +85,7 @@ class SystemdHooks:
             self.stopping_sent = True
             self.notify.send(stopping=1, status=f"stopping: {self.busy()} busy")
 
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-        self.notify.close()
-
-    # --- the watchdog and status task ------------------------------------------------------
-
-    def _render_status(self) -> str:
+    def render_status(self) -> str:
         return f"{self.busy()}/{self.total()} busy, {self.done()} jobs done{self._note}"
 
     def watchdog_interval(self) -> float:
@@ -107,24 +100,43 @@ class SystemdHooks:
         thread = getattr(self.heartbeater(), "_thread", None)
         return thread is None or thread.is_alive()
 
+
+class Watchdog(Service):
+    """WATCHDOG=1 and STATUS= from the event loop, once the first READY=1 was sent (a no-op
+    without $NOTIFY_SOCKET). Stopped last: the socket closes with it."""
+
+    name = "watchdog"
+
+    def __init__(self, hooks: SystemdHooks) -> None:
+        super().__init__()
+        self.hooks = hooks
+        self.sent_status = ""  # the last STATUS= sent
+
+    async def stop(self, timeout: float | None = None) -> None:
+        await super().stop(timeout)
+        self.hooks.notify.close()
+
     async def _run(self) -> None:
-        interval = self.watchdog_interval()
+        hooks = self.hooks
+        if not hooks.notify.enabled:
+            return
+        await hooks.readied.wait()
+        interval = hooks.watchdog_interval()
         period = min(interval, 1.0) if interval else 1.0
         last_ping = 0.0
         while True:
             now = time.monotonic()
             fields: dict[str, Any] = {}
             if interval and now - last_ping >= interval * 0.9:
-                if self.healthy():
+                if hooks.healthy():
                     fields["watchdog"] = 1
                     last_ping = now
                 else:
                     event(log, logging.WARNING, "systemd.watchdog_withheld",
                           note="event loop or heartbeater unhealthy; systemd will restart the master")
-            status = self._render_status()
-            if status != self._status and not self.stopping_sent:
-                fields["status"] = self._status = status
+            status = hooks.render_status()
+            if status != self.sent_status and not hooks.stopping_sent:
+                fields["status"] = self.sent_status = status
             if fields:
-                self.notify.send(**fields)
+                hooks.notify.send(**fields)
             await asyncio.sleep(period)
-

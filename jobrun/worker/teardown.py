@@ -10,6 +10,11 @@
     6/6 close connections
 
 The last line (``master.stopped``) gives the counts: claimed, succeeded, failed, released.
+
+The master's parts are stopped by the stage each names in the master's list of parts
+(lifecycle.Parts): the claimer, the notifier and the scheduler in stage 1, the heartbeater in 4,
+the other services in 5, the watchdog and the fork servers in 6. The teardown sees the master
+only through ``Crew``: the parts, and the few that stages 1-4 ask more of than to stop.
 """
 
 from __future__ import annotations
@@ -17,92 +22,137 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sized
 
 from jobrun.logs import event
 from jobrun.policy import RELEASED, SUCCEEDED
 from jobrun.worker.child import ChildState
-
-if TYPE_CHECKING:  # pragma: no cover
-    from jobrun.worker.master import Master
+from jobrun.worker.lifecycle import Parts
 
 log = logging.getLogger("jobrun.master")
 STAGES = 6
+# The stages that stop parts (each part of the master's list names one).
+CLAIMS, LEASES, SERVICES, LAST = 1, 4, 5, 6
+# Budgets.
 STOP_CLAIMING = 5.0
 REAP_CHILDREN = 5.0
 FLUSH = 10.0
 SERVICE_STOP = 10.0
+CLOSE = 5.0
+
+
+class Pool(Protocol):
+    """The dispatcher: its running jobs and the outcomes counted."""
+    closing: bool
+    outcomes: Mapping[str, int]
+
+    def running(self) -> int: ...
+
+
+class Children(Protocol):
+    """The supervisor: the children alive, and the two ways to end one."""
+    def alive(self) -> list[Any]: ...
+
+    def kill(self, child: Any, reason: str) -> None: ...
+
+    def stop(self, child: Any) -> None: ...
+
+
+class Claims(Protocol):
+    """The claimer: jobs that waited in pipes go back; its connection closes last."""
+    claimed: int
+
+    async def given_back(self, timeout: float) -> Any: ...
+
+    async def close(self) -> None: ...
+
+
+class Outcomes(Protocol):
+    """The completer: the outcomes not yet written."""
+    pending: Sized
+    running: bool
+
+    async def drain(self, timeout: float) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Crew:
+    """What the teardown needs from the master, and no more."""
+    parts: Parts
+    pool: Pool
+    children: Children
+    claimer: Claims
+    completer: Outcomes
+    changed: asyncio.Event  # set at every child frame or exit
+    fast: asyncio.Event  # set: no drain, or cut it short (SIGQUIT, a second SIGTERM)
+    grace: Callable[[], float]  # --grace, as the last reload left it
+    exit_code: Callable[[], int]
 
 
 def _stage(n: int, what: str, **fields) -> None:
     event(log, logging.INFO, f"teardown {n}/{STAGES}: {what}", **fields)
 
 
-async def run(m: "Master") -> None:
-    d = m.dispatcher
+async def run(c: Crew) -> None:
+    d = c.pool
     d.closing = True
     _stage(1, "stop claiming", budget=STOP_CLAIMING)
-    await m.claimer.stop(timeout=STOP_CLAIMING)
-    await m.notifier.stop()
-    await m.scheduler.stop()  # gives the scheduler's leader lease up at once
+    await c.parts.stop(CLAIMS, timeout=STOP_CLAIMING)  # the scheduler's lease goes at once
 
-    _stage(2, "drain children", budget=m.settings.grace if m.stopping == "drain" else 0,
-           busy=d.running())
-    if m.stopping == "drain" and d.running():
-        waiter = asyncio.ensure_future(_wait(m, lambda: not d.running()))
-        fast = asyncio.ensure_future(m.fast.wait())
-        await asyncio.wait([waiter, fast], timeout=m.settings.grace,
-                           return_when=asyncio.FIRST_COMPLETED)
+    drain = not c.fast.is_set()
+    _stage(2, "drain children", budget=c.grace() if drain else 0, busy=d.running())
+    if drain and d.running():
+        waiter = asyncio.ensure_future(_wait(c, lambda: not d.running()))
+        fast = asyncio.ensure_future(c.fast.wait())
+        await asyncio.wait([waiter, fast], timeout=c.grace(), return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         fast.cancel()
 
     _stage(3, "release what is left", budget=2 * REAP_CHILDREN, busy=d.running())
-    for child in m.supervisor.alive():
+    children = c.children
+    for child in children.alive():
         if child.job is not None:
-            m.supervisor.kill(child, "shutdown")
+            children.kill(child, "shutdown")
         elif child.state is ChildState.STARTING:
-            m.supervisor.kill(child, "stopping")
+            children.kill(child, "stopping")
         else:
-            m.supervisor.stop(child)
-    if not await _wait(m, lambda: not m.supervisor.alive(), REAP_CHILDREN):
-        for child in m.supervisor.alive():
-            m.supervisor.kill(child, "stopping")
-        await _wait(m, lambda: not m.supervisor.alive(), REAP_CHILDREN)
-    await m.claimer.given_back(REAP_CHILDREN)  # jobs that waited in pipes, back to the queue
+            children.stop(child)
+    if not await _wait(c, lambda: not children.alive(), REAP_CHILDREN):
+        for child in children.alive():
+            children.kill(child, "stopping")
+        await _wait(c, lambda: not children.alive(), REAP_CHILDREN)
+    await c.claimer.given_back(REAP_CHILDREN)  # jobs that waited in pipes, back to the queue
 
-    _stage(4, "flush completions", budget=FLUSH, pending=len(m.completer.pending))
-    await m.heartbeater.stop()  # no lease is held any more: nothing to renew
-    if m.completer.running and not await m.completer.drain(FLUSH):
-        event(log, logging.ERROR, "shutdown.unrecorded", jobs=len(m.completer.pending),
+    _stage(4, "flush completions", budget=FLUSH, pending=len(c.completer.pending))
+    await c.parts.stop(LEASES)  # the heartbeater: no lease is held any more, nothing to renew
+    if c.completer.running and not await c.completer.drain(FLUSH):
+        event(log, logging.ERROR, "shutdown.unrecorded", jobs=len(c.completer.pending),
               note="outcomes could not be written; those leases will expire and be reaped")
 
     _stage(5, "stop the services", budget=SERVICE_STOP)
-    for service in reversed(m.services):
-        await service.stop(timeout=SERVICE_STOP)
+    await c.parts.stop(SERVICES, timeout=SERVICE_STOP)
 
     _stage(6, "close connections")
-    await m.stop_forkservers()
-    await m.claimer.close()
-    m.systemd.stop()
+    await c.parts.stop(LAST, timeout=CLOSE)  # the watchdog, the fork servers
+    await c.claimer.close()
     counts = d.outcomes
-    event(log, logging.INFO, "master.stopped", exit_code=m.exit_code, claimed=m.claimer.claimed,
+    event(log, logging.INFO, "master.stopped", exit_code=c.exit_code(), claimed=c.claimer.claimed,
           succeeded=counts[SUCCEEDED], released=counts[RELEASED],
           failed=sum(n for k, n in counts.items() if k not in (SUCCEEDED, RELEASED, "given_back")),
           given_back=counts["given_back"])
-    m.done.set()
 
 
-async def _wait(m: "Master", condition, timeout: float | None = None) -> bool:
+async def _wait(c: Crew, condition: Callable[[], bool], timeout: float | None = None) -> bool:
     """Wait until ``condition()`` holds, re-checking at every child frame or exit."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while not condition():
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             return False
-        changed = m.claimer.wake_event
-        changed.clear()
+        c.changed.clear()
         try:
-            await asyncio.wait_for(changed.wait(), remaining)
+            await asyncio.wait_for(c.changed.wait(), remaining)
         except asyncio.TimeoutError:
             return False
     return True

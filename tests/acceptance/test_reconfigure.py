@@ -69,3 +69,22 @@ def test_hup_applies_queues_ttl_and_concurrency(db_env, tmp_path, client, db):
         assert db.job(long)["status"] == "succeeded"
         m.signal(signal.SIGTERM)
         assert m.wait(20) == 0
+
+
+def test_hup_with_an_invalid_file_keeps_the_running_settings(db_env, tmp_path, client, db):
+    conf = tmp_path / "jobrun.toml"
+    write_config(conf, queues=["default"], concurrency=2, poll_interval=0.1)
+    env = {**db_env, "JOBRUN_CONFIG": str(conf)}
+    with MasterProcess(env, tmp_path) as m:
+        m.wait_ready(2)
+        children = sorted(m.children())
+        write_config(conf, queues=["default"], concurrency=0, poll_interval=0.1)
+        m.signal(signal.SIGHUP)
+        wait_for(lambda: "reload.failed" in m.stderr(), timeout=15, message="reload.failed")
+        assert f"{conf}: concurrency must be at least 1" in m.stderr()
+        job = client.enqueue("pid").job.id
+        db.wait_status(job)
+        assert db.result(job)["pid"] in children  # the old generation serves on
+        assert sorted(m.children()) == children
+        m.signal(signal.SIGTERM)
+        assert m.wait(20) == 0

@@ -1,11 +1,13 @@
-"""Settings: defaults < config file < JOBRUN_* environment < flags, and password redaction."""
+"""Settings: defaults < config file < JOBRUN_* environment < flags, the table that checks
+every value, and password redaction."""
 
 from __future__ import annotations
 
+import dataclasses
 from urllib.parse import quote
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from jobrun import config
@@ -181,3 +183,68 @@ def test_redact_never_shows_the_password_in_keyword_dsns(password, port):
     assume(password not in f"db.internal:{port}/app")
     assert password not in shown
     assert shown == f"db.internal:{port}/app"
+
+
+# --- the table: every value checked by its line, from every source -------------------------
+
+
+REFUSED = [("concurrency", 0, "at least 1"), ("prefetch", 0, "at least 1"),
+           ("log_format", "yaml", "text, json")]
+
+
+@pytest.mark.parametrize("name,value,says", REFUSED)
+def test_a_value_out_of_its_bounds_is_refused_from_every_source(tmp_path, name, value, says):
+    """These three were taken by ``load`` (only the command line's own checks stopped them at
+    start, and nothing at a SIGHUP, which reads settings through ``load``)."""
+    path = write(tmp_path / "cfg.toml", f"{name} = {value!r}\n".replace("'", '"'))
+    env_name = "JOBRUN_" + name.upper()
+    flag = "--" + name.replace("_", "-")
+    for kwargs, where in ((dict(environ={"JOBRUN_CONFIG": path}), f"{path}: {name}"),
+                          (dict(environ={env_name: str(value)}), env_name),
+                          (dict(overrides={name: value}, environ={}), flag)):
+        with pytest.raises(InvalidInput) as info:
+            config.load(**kwargs)
+        assert where in str(info.value) and says in str(info.value)
+
+
+def test_the_table_names_every_setting_once_with_a_rule():
+    names = [f.name for f in dataclasses.fields(config.Settings)]
+    assert list(config.RULES) == names
+    start_only = {n for n, rule in config.RULES.items() if not rule.reload}
+    assert start_only == {"database_url", "schema", "state_dir", "pooled", "app", "spawn",
+                          "metrics_addr", "metrics_allow_remote", "log_format", "log_level"}
+
+
+def test_a_reload_keeps_what_is_read_at_start_only():
+    running = config.Settings(app="a", concurrency=2, log_format="text", spawn="fork")
+    new = config.Settings(app="b", concurrency=5, log_format="json", spawn="fork")
+    applied, kept = config.reloaded(running, new)
+    assert applied.concurrency == 5
+    assert (applied.app, applied.log_format) == ("a", "text")
+    assert kept == ["app", "log_format"]
+    assert config.reloaded(running, running) == (running, [])
+
+
+toml_values = st.one_of(st.integers(-3, 3), st.sampled_from(
+    ['"text"', '"json"', '"yaml"', '"JSON"', '"debug"', '"loud"', '"fork"', '"exec"', '"spawn"',
+     '"30s"', '"soon"', '"-1"', 'true', '"global"', '"round_robin"', '"sideways"', '1.5']))
+keys = st.sampled_from(["concurrency", "prefetch", "log_format", "log_level", "spawn",
+                        "queue_order", "grace", "max_tasks_per_child", "pooled"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.dictionaries(keys, toml_values.map(str), max_size=3))
+def test_config_check_agrees_with_what_a_master_loads(tmp_path_factory, lines):
+    """`jobrun config check` passes a file exactly when a master takes it, at start and at a
+    SIGHUP (both read it through ``load``): one table decides for all three."""
+    from jobrun.admin.config_report import check_file
+
+    path = tmp_path_factory.mktemp("cfg") / "jobrun.toml"
+    path.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
+    problems = check_file(path)
+    try:
+        config.load({}, environ={"JOBRUN_CONFIG": str(path)})
+        loaded = True
+    except InvalidInput:
+        loaded = False
+    assert loaded == (problems == []), problems

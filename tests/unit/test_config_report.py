@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-pw-do-not-print"
 
@@ -77,3 +79,27 @@ def test_check_reports_broken_toml_and_missing_file(tmp_path):
 def test_health_of_nothing_listening_is_1(tmp_path):
     done = _jobrun("health", "--addr", "127.0.0.1:1", "--timeout", "2", env=_clean_env(), cwd=tmp_path)
     assert done.returncode == 1 and "unreachable" in done.stderr
+
+
+@pytest.mark.parametrize("line,says", [("concurrency = 0", "concurrency must be at least 1"),
+                                       ("prefetch = 0", "prefetch must be at least 1"),
+                                       ('log_format = "yaml"', "log_format is one of text, json")])
+def test_check_and_a_master_start_refuse_a_value_alike(tmp_path, monkeypatch, line, says):
+    """One line of the settings table decides for `config check` and for `jobrun-master` (and
+    for a SIGHUP: tests/unit/test_master_parts.py); both name the file and the key."""
+    from typer.testing import CliRunner
+
+    from jobrun.admin.config_report import check_file
+    from jobrun.worker import cli
+
+    conf = tmp_path / "jobrun.toml"
+    conf.write_text(line + "\n")
+    [problem] = check_file(conf)
+    assert problem.startswith(f"{conf}: {says}")
+    for name in [k for k in os.environ if k.startswith("JOBRUN_")]:
+        monkeypatch.delenv(name)
+    started = CliRunner().invoke(cli.cli, ["-A", "tests.apps.taskapp", "--dsn",
+                                           "postgresql://nobody@127.0.0.1:1/none"],
+                                 env={"JOBRUN_CONFIG": str(conf)})
+    assert started.exit_code == 2, started.output
+    assert f"{conf}: {says}" in started.stderr

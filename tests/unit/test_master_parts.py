@@ -7,12 +7,14 @@ import asyncio
 import logging
 import signal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobrun import protocol
+from jobrun import config, protocol
 from jobrun.config import Settings
 from jobrun.worker.exits import describe_exit
+from jobrun.worker.forkserver import ForkServers
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.master import Master
 
@@ -193,3 +195,91 @@ def test_handle_signals_directly():
         await asyncio.wait_for(m.done.wait(), 30)  # the teardown ran to its end
         assert m.exit_code == 0
     asyncio.run(scenario())
+
+
+# --- the one list of parts: start, reload and stop -------------------------------------------
+
+
+class SentToSystemd:
+    """Stands in for the notify socket: records what the master would tell systemd."""
+
+    enabled = False
+    watchdog_usec = 0
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+
+    def send(self, **fields) -> bool:
+        self.sent.append(fields)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def test_every_part_of_the_master_is_in_its_one_list():
+    """Start-up, reload and teardown walk ``m.parts``; a part missing from it would be left out
+    of all three (the scheduler was left out of the hand-kept reload list)."""
+    async def scenario():
+        m = wired(spawn="fork")
+        listed = list(m.parts)
+        long_lived = [v for v in vars(m).values()
+                      if isinstance(v, (Service, ForkServers))]
+        assert m.forkservers is not None and m.scheduler in long_lived
+        assert {id(p) for p in long_lived} | {id(m.systemd.watchdog)} == {id(p) for p in listed}
+        starts = {e.part.name: e.starts for e in m.parts.entries}
+        assert starts["forkservers"] == "first" and starts["dispatcher"] == "boot"
+        assert [e.part.name for e in m.parts.entries][-2:] == ["claimer", "watchdog"]
+    asyncio.run(scenario())
+
+
+def test_a_hup_reaches_the_scheduler():
+    async def scenario():
+        m = wired()
+        assert (m.scheduler.ttl, m.scheduler.payload_limit) == (10.0, 1024 * 1024)
+        m.reload_settings = lambda: Settings(app="tests.apps.taskapp", concurrency=2,
+                                             metrics_addr="off", spawn="exec",
+                                             schedule_lease_ttl=4.5, max_payload_bytes=1000)
+        m.handle_hup()
+        assert (m.scheduler.ttl, m.scheduler.period) == (4.5, 1.5)
+        assert m.scheduler.payload_limit == 1000
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("line,key", [("concurrency = 0", "concurrency"),
+                                      ("prefetch = 0", "prefetch"),
+                                      ('log_format = "yaml"', "log_format")])
+def test_a_hup_with_an_invalid_file_keeps_the_old_settings(tmp_path, caplog, line, key):
+    conf = tmp_path / "jobrun.toml"
+    conf.write_text(f'app = "tests.apps.taskapp"\nmetrics_addr = "off"\nspawn = "exec"\n{line}\n')
+
+    async def scenario():
+        m = wired(prefetch=8)
+        m.reload_settings = lambda: config.load({}, environ={"JOBRUN_CONFIG": str(conf)})
+        m.systemd.notify = systemd = SentToSystemd()
+        before = m.settings
+        m.handle_hup()
+        assert m.settings is before and m.claimer.settings is before
+        assert (m.dispatcher.target, m.dispatcher.generation) == (2, 0)
+        assert [f.get("reloading") or f.get("ready") for f in systemd.sent] == [1, 1]
+        assert "reload failed (bad configuration)" in systemd.sent[-1]["status"]
+        assert m.metrics.reload_failures._value.get() == 1
+    with caplog.at_level(logging.ERROR, logger="jobrun.master"):
+        asyncio.run(scenario())
+    [failed] = [r for r in caplog.records if r.getMessage() == "reload.failed"]
+    assert f"{conf}: {key}" in failed.jobrun_fields["error"]
+
+
+def test_a_hup_keeps_what_is_read_at_start_only(caplog):
+    async def scenario():
+        m = wired()
+        m.reload_settings = lambda: Settings(app="tests.apps.taskapp", concurrency=3,
+                                             metrics_addr="127.0.0.1:1", log_format="json",
+                                             spawn="exec")
+        m.handle_hup()
+        assert m.dispatcher.target == 3
+        assert (m.settings.metrics_addr, m.settings.log_format) == ("off", "text")
+    with caplog.at_level(logging.WARNING, logger="jobrun.master"):
+        asyncio.run(scenario())
+    [kept] = [r for r in caplog.records if r.getMessage() == "reload.restart_needed"]
+    assert kept.jobrun_fields["settings"] == "log_format,metrics_addr"

@@ -1,10 +1,14 @@
-"""SystemdHooks' decisions: when READY is sent, and when the watchdog ping is withheld."""
+"""SystemdHooks' decisions: when READY is sent, when the watchdog ping is withheld, and the
+watchdog part."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from types import SimpleNamespace
+
+import pytest
 
 from jobrun.sdnotify import Notify
 from jobrun.worker.sdnotify import SystemdHooks
@@ -76,3 +80,29 @@ def test_watchdog_withheld_for_a_stalled_loop_or_a_dead_heartbeater():
     assert not hooks.healthy()
     hooks.heartbeater = lambda: SimpleNamespace(_thread=None)  # not started yet
     assert hooks.healthy()
+
+
+def test_the_watchdog_is_a_part_that_pings_from_the_first_ready_on():
+    """The watchdog part starts with the master's other parts but sends nothing before READY=1;
+    then WATCHDOG=1 with STATUS=; stopped, it closes the socket."""
+    hooks, server = _hooks([SimpleNamespace(state=ChildState.IDLE)], [True], None)
+    del hooks.ready  # the real one: it lets the watchdog begin
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        server.setblocking(False)
+        hooks.watchdog.start()
+        # Nothing before READY=1 (a bounded look, as _nothing_more: nothing is expected).
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(loop.sock_recv(server, 200), 0.3)
+        hooks.ready()
+        first = await asyncio.wait_for(loop.sock_recv(server, 200), 5)
+        second = await asyncio.wait_for(loop.sock_recv(server, 200), 5)
+        assert first.startswith(b"READY=1\nSTATUS=1/1 busy, 0 jobs done")
+        assert second == b"WATCHDOG=1\nSTATUS=1/1 busy, 0 jobs done"
+        await hooks.watchdog.stop()
+        assert not hooks.watchdog.running and hooks.notify._sock is None
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.close()
