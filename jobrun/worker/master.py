@@ -42,6 +42,7 @@ from jobrun.worker.dispatcher import Dispatcher
 from jobrun.worker.exits import EXIT_BOOT_ERROR, EXIT_FATAL, EXIT_OK, describe_exit
 from jobrun.worker.forkserver import ForkServer, ForkServers, child_env, child_limits
 from jobrun.worker.heartbeat import Heartbeater
+from jobrun.worker.leader import Elector
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
 from jobrun.worker.notifier import Notifier
@@ -107,8 +108,8 @@ class Master:
             self.loop.add_signal_handler(getattr(signal, "SIG" + name),
                                          getattr(self, "handle_" + name.lower()))
         booting = [s for s in (self.http, self.dispatcher) if s is not None]
-        serving = [self.completer, self.notifier, self.reaper, self.aging, self.scheduler,
-                   self.registry, self.ticker, self.heartbeater, self.claimer]
+        serving = [self.completer, self.notifier, self.elector, self.reaper, self.aging,
+                   self.scheduler, self.registry, self.ticker, self.heartbeater, self.claimer]
         for service in booting:
             self._start(service)
         await asyncio.wait([asyncio.ensure_future(self.dispatcher.booted.wait()),
@@ -146,12 +147,14 @@ class Master:
                                on_db_ok=self.note_db_ok, unwritten=self.completer.unwritten)
         self.notifier = Notifier(self.dsn, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
+        self.elector = Elector(self.dsn, self.q, self.owner, ttl=s.schedule_lease_ttl, metrics=m,
+                               on_db_error=m.db_errors.labels("scheduler").inc)
         self.reaper = Reaper(self.dsn, self.q, interval=reap_interval(s.lease_ttl),
                              retention=s.retention, on_reaped=m.expired.inc,
-                             on_db_error=m.db_errors.labels("reaper").inc)
-        self.aging = AgingSweeper(self.dsn, self.q, list(s.queues),
+                             on_db_error=m.db_errors.labels("reaper").inc, leader=self.elector)
+        self.aging = AgingSweeper(self.dsn, self.q, None,  # the leader sweeps every queue
                                   on_aged=lambda queue, n: m.aged.labels(queue).inc(n),
-                                  on_db_error=m.db_errors.labels("aging").inc)
+                                  on_db_error=m.db_errors.labels("aging").inc, leader=self.elector)
         self.heartbeater = Heartbeater(self.dsn, self.q, self.owner, s.lease_ttl,
                                        leases=self.dispatcher.leases,
                                        loop_alive=self.ticker.loop_alive,
@@ -159,13 +162,13 @@ class Master:
                                        on_db_error=m.db_errors.labels("heartbeat").inc,
                                        on_db_ok=self.note_db_ok)
         self.scheduler = Scheduler(
-            self.dsn, self.q, self.owner, ttl=s.schedule_lease_ttl,
+            self.dsn, self.q, self.elector,
             payload_limit=s.max_payload_bytes, metrics=m,
             declared=lambda: [p for t in self.dispatcher.tasks.values() for p in t.get("periodic", ())],
             on_db_error=m.db_errors.labels("scheduler").inc, notifier=self.notifier)
         self.registry = Registry(self.dsn, self.q, row=self.registry_row, on_depth=m.set_depth,
                                  on_error=m.db_errors.labels("registry").inc,
-                                 on_db_ok=self.note_db_ok)
+                                 on_db_ok=self.note_db_ok, leader=self.elector)
         addr = parse_addr(s.metrics_addr, s.metrics_allow_remote)
         self.http = None if addr is None else HttpServer(addr[0], addr[1], m, health=self.health,
                                                          ready=self.ready)
