@@ -74,7 +74,7 @@ class AgingSweeper(PeriodicDbService):
         self._start: dict[str, int] = {}       # queue -> level its unfinished walk resumes at
 
     async def _run(self) -> None:
-        await while_leading(self.leader, super()._run)
+        await while_leading(self.leader, super()._run, self.name)
 
     def reconfigure(self, settings) -> None:
         if self.queues is not None:

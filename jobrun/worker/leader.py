@@ -270,7 +270,8 @@ class Elector(Service):
             event(log, logging.WARNING, "scheduler.release_failed", error=db.first_line(exc))
 
 
-async def while_leading(leader: Elector | None, body: Callable[[], Awaitable[None]]) -> None:
+async def while_leading(leader: Elector | None, body: Callable[[], Awaitable[None]],
+                        part: str = "part") -> None:
     """Run ``body()`` while this master leads: start it at each election, cancel it when the
     master steps down (or its lease deadline passes). Without a leader, just run it. A body
     that ends by itself ends this too (its exception raised here: the part crashed)."""
@@ -279,6 +280,7 @@ async def while_leading(leader: Elector | None, body: Callable[[], Awaitable[Non
         return
     while True:
         await leader.wait_elected()
+        event(log, logging.DEBUG, "leader.part_started", part=part, term=leader.term)
         task = asyncio.ensure_future(body())
         try:
             await leader.wait_lost(also=task)
@@ -289,3 +291,4 @@ async def while_leading(leader: Elector | None, body: Callable[[], Awaitable[Non
         if task.done() and not task.cancelled():
             task.result()
             return
+        event(log, logging.DEBUG, "leader.part_stopped", part=part)

@@ -56,7 +56,7 @@ class Reaper(PeriodicDbService):
         self._next_purge = 0.0
 
     async def _run(self) -> None:
-        await while_leading(self.leader, super()._run)
+        await while_leading(self.leader, super()._run, self.name)
 
     def reconfigure(self, settings) -> None:
         self.interval = reap_interval(settings.lease_ttl)
