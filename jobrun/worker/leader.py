@@ -118,6 +118,7 @@ class Elector(Service):
         self._subscribers: list[Callable[[], None]] = []
         self._elected = asyncio.Event()   # set while leading
         self._changed = asyncio.Event()   # set at every step down (waiters re-check)
+        self.step_downs = 0               # counted: a waiter misses none, even if re-elected
         self._nudge = asyncio.Event()     # ask the database again now
         self._nudged = False              # this round answers a recheck(): tell the parts
         self._conn: psycopg.AsyncConnection | None = None
@@ -160,6 +161,7 @@ class Elector(Service):
                   "scheduler.step_down", owner=self.owner, term=self.term, reason=why)
             if self.metrics:
                 self.metrics.scheduler_leading.set(0)
+            self.step_downs += 1
             self._elected.clear()
             self._changed.set()
             self._notify()
@@ -175,9 +177,11 @@ class Elector(Service):
             await self._elected.wait()
 
     async def wait_lost(self, also: asyncio.Future | None = None) -> None:
-        """Return once this master no longer leads (stepped down, or its deadline passed),
-        or when ``also`` is done."""
-        while self.still_leading() and not (also is not None and also.done()):
+        """Return once this master stepped down (or its deadline passed), even if elected
+        again meanwhile, or when ``also`` is done."""
+        seen = self.step_downs
+        while (self.still_leading() and self.step_downs == seen
+               and not (also is not None and also.done())):
             self._changed.clear()
             waits = [asyncio.ensure_future(self._changed.wait())]
             if also is not None:

@@ -107,3 +107,46 @@ def test_stepping_down_twice_tells_the_parts_once():
     e.step_down("database error")
     e.step_down("database error")
     assert told == [1] and not e.still_leading()
+
+
+def test_a_part_running_while_leading_is_stopped_by_a_step_down_even_if_elected_again():
+    """while_leading cancels its body at a step down, also when the master is elected again
+    before the waiter runs, and starts it afresh for the new term."""
+    import asyncio
+
+    from jobrun.worker.leader import while_leading
+
+    async def go():
+        e = elector(lambda: asyncio.get_running_loop().time())
+        runs: list[str] = []
+        gate, stopped = asyncio.Event(), asyncio.Event()
+
+        async def body():
+            runs.append("start")
+            gate.set()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                runs.append("stop")
+                stopped.set()
+
+        def elect(term):
+            if e.lease.granted(term, e.clock()):
+                e._elected.set()
+
+        elect(1)
+        task = asyncio.ensure_future(while_leading(e, body, "test"))
+        await asyncio.wait_for(gate.wait(), 5)
+        gate.clear()
+        e.step_down("lease held by another master")
+        elect(2)  # before the waiter ran
+        await asyncio.wait_for(gate.wait(), 5)
+        assert runs == ["start", "stop", "start"]
+        stopped.clear()
+        e.step_down("database error")
+        await asyncio.wait_for(stopped.wait(), 5)
+        assert runs == ["start", "stop", "start", "stop"]
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(go())
