@@ -44,7 +44,8 @@ DUE_BATCH = 100  # schedules looked at per pass
 class Scheduler(Service):
     name = "scheduler"
 
-    def __init__(self, dsn: str, queries: Queries, leader: Elector, *, poll: float = 1.0, payload_limit: int = 1024 * 1024,
+    def __init__(self, dsn: str, queries: Queries, leader: Elector, *, poll: float = 1.0,
+                 payload_limit: int = 1024 * 1024,
                  declared: Callable[[], Iterable[dict[str, Any]]] = list,
                  metrics: Any = None, on_db_error: Callable[[], None] | None = None,
                  notifier: Notifier | None = None) -> None:

@@ -99,7 +99,8 @@ def test_one_leads_and_only_its_maintenance_runs_until_it_stops_renewing(
             for s in services[1:]:
                 s.start()
             (reaper_a, aging_a, _), (reaper_b, aging_b, _) = parts["a"], parts["b"]
-            await until(lambda: len(reaper_a.ticks) >= 3 and aging_a.ticks, 10, "a's maintenance")
+            await until(lambda: len(reaper_a.ticks) >= 3 and aging_a.ticks, 10,
+                        "a's maintenance")
 
             # A ghost registry row goes stale: the leader's registry purges it.
             admin_conn.execute(sql.SQL(
