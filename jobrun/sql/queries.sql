@@ -531,6 +531,11 @@ WITH gone AS (
 SELECT count(*) AS live FROM {schema}.workers
  WHERE last_seen >= now() - make_interval(secs => %(stale)s)
 
+-- name: registry_live
+-- How many masters are live (seen in the last `stale` seconds).
+SELECT count(*) AS live FROM {schema}.workers
+ WHERE last_seen >= now() - make_interval(secs => %(stale)s)
+
 -- name: metrics_queue_depth
 -- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; and the queue's limits.
 SELECT k.name AS queue, k.concurrency, k.rate_limit AS rate,

@@ -83,9 +83,10 @@ SELECT name, extract(epoch FROM retention)::float8 AS retention
   FROM {schema}.queues WHERE retention IS NOT NULL ORDER BY name
 
 -- name: aging_queues
--- The queues (of those given) that age, with their aging interval in seconds.
+-- The queues (of those given; NULL: of all) that age, with their aging interval in seconds.
 SELECT name, extract(epoch FROM aging)::float8 AS aging
-  FROM {schema}.queues WHERE name = ANY(%(queues)s::text[]) AND aging IS NOT NULL
+  FROM {schema}.queues
+ WHERE (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[])) AND aging IS NOT NULL
 
 -- name: age_queued
 -- Write the aging steps owed by up to `batch` queued jobs of the given queues; walks each queue's priority levels from `start` up through jobs_claim, then each level's due prefix by run_at; returns the queue and former level of each job promoted.

@@ -8,12 +8,14 @@ prefix of each level (run_at order), in batches. A pass costs index descents per
 level present plus the rows it promotes and those promoted into their level within the last
 interval (skipped by a filter), never a scan of the queue (docs/queues.md).
 
-Every master runs it, for the queues it serves; concurrent sweeps are safe without a leader:
-rows are locked FOR UPDATE SKIP LOCKED (a row another sweep or a claim holds is skipped), and
-a row read before another sweep promoted it is re-checked on its new version, where it is no
-longer due. A leader would save the duplicate level descents of a second master, but a
-leader's loss would stop aging for up to the lease's takeover time, which the starvation
-bound would then have to include.
+The cluster's leader runs it (worker/leader.py), for every queue that ages, whichever masters
+serve it; a master starts its sweeper when it is elected and cancels it when it steps down.
+Concurrent sweeps (a stale leader's last pass beside the new leader's) are safe: rows are locked
+FOR UPDATE SKIP LOCKED (a row another sweep or a claim holds is skipped), and a row read before
+another sweep promoted it is re-checked on its new version, where it is no longer due. A change
+of leader pauses aging for at most the lease's takeover time (ttl + period); a step owed then is
+written late, and the steps after it are not moved (each is due at ``run_at + k*A``), so the
+starvation bound carries that pause once (docs/queues.md).
 
 Timing: each queue is swept every ``sweep_interval(A)``; the queues' settings are read again
 every IDLE_POLL seconds, so a queue that starts (or stops) aging is noticed within that.
@@ -39,6 +41,7 @@ import psycopg
 from jobrun.logs import event
 from jobrun.policy.aging import IDLE_POLL, PRIORITY_MIN, next_wait, sweep_interval
 from jobrun.sql import Queries
+from jobrun.worker.leader import Elector, while_leading
 from jobrun.worker.lifecycle import PeriodicDbService
 
 log = logging.getLogger("jobrun.aging")
@@ -50,13 +53,16 @@ class AgingSweeper(PeriodicDbService):
     name = "aging"
     logger = log
 
-    def __init__(self, dsn: str, queries: Queries, queues: list[str], *, batch: int = 500,
+    def __init__(self, dsn: str, queries: Queries, queues: list[str] | None, *, batch: int = 500,
                  max_batches: int = MAX_BATCHES,
                  on_aged: Callable[[str, int], None] | None = None,
-                 on_db_error: Callable[[], None] | None = None) -> None:
+                 on_db_error: Callable[[], None] | None = None,
+                 leader: Elector | None = None) -> None:
+        """``queues``: those to sweep; None: every queue that ages (the leader's sweep)."""
         super().__init__(dsn, on_db_error)
+        self.leader = leader  # None: sweep always (a test, a single process)
         self.q = queries
-        self.queues = list(queues)
+        self.queues = None if queues is None else list(queues)
         self.batch = batch
         self.max_batches = max_batches
         self.on_aged = on_aged
@@ -67,8 +73,12 @@ class AgingSweeper(PeriodicDbService):
         self._next: dict[str, float] = {}      # queue -> monotonic time of its next sweep
         self._start: dict[str, int] = {}       # queue -> level its unfinished walk resumes at
 
+    async def _run(self) -> None:
+        await while_leading(self.leader, super()._run, self.name)
+
     def reconfigure(self, settings) -> None:
-        self.queues = list(settings.queues)
+        if self.queues is not None:
+            self.queues = list(settings.queues)
         self._read_at = 0.0
 
     async def tick(self, conn: psycopg.AsyncConnection) -> float:

@@ -45,6 +45,7 @@ from jobrun.worker.exits import EXIT_BOOT_ERROR, EXIT_FATAL, EXIT_OK, describe_e
 from jobrun.worker.forkserver import ForkServer, ForkServers, child_env, child_limits
 from jobrun.worker.handout import HandOut
 from jobrun.worker.heartbeat import Heartbeater
+from jobrun.worker.leader import Elector
 from jobrun.worker.lifecycle import Entry, Parts, Service
 from jobrun.worker.metrics import HttpServer, Metrics, parse_addr
 from jobrun.worker.notifier import Notifier
@@ -143,24 +144,26 @@ class Master:
                                holding=self.children.holding)
         self.notifier = Notifier(self.db, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
+        self.elector = Elector(self.db, self.q, self.owner, ttl=s.schedule_lease_ttl, metrics=m,
+                               on_db_error=m.db_errors.labels("scheduler").inc)
         self.reaper = Reaper(self.db, self.q, interval=reap_interval(s.lease_ttl),
                              retention=s.retention, on_reaped=m.expired.inc,
-                             on_db_error=m.db_errors.labels("reaper").inc)
-        self.aging = AgingSweeper(self.db, self.q, list(s.queues),
+                             on_db_error=m.db_errors.labels("reaper").inc, leader=self.elector)
+        self.aging = AgingSweeper(self.db, self.q, None,  # the leader sweeps every queue
                                   on_aged=lambda queue, n: m.aged.labels(queue).inc(n),
-                                  on_db_error=m.db_errors.labels("aging").inc)
+                                  on_db_error=m.db_errors.labels("aging").inc, leader=self.elector)
         self.heartbeater = Heartbeater(self.db, self.q, self.owner, s.lease_ttl,
                                        leases=self.dispatcher.leases,
                                        loop_alive=self.ticker.loop_alive,
                                        on_fence=self.dispatcher.on_fence_threadsafe,
                                        on_db_error=m.db_errors.labels("heartbeat").inc)
         self.scheduler = Scheduler(
-            self.db, self.q, self.owner, ttl=s.schedule_lease_ttl,
+            self.db, self.q, self.elector,
             payload_limit=s.max_payload_bytes, metrics=m,
             declared=lambda: [p for t in self.dispatcher.tasks.values() for p in t.get("periodic", ())],
             on_db_error=m.db_errors.labels("scheduler").inc, notifier=self.notifier)
         self.registry = Registry(self.db, self.q, row=self.registry_row, on_depth=m.set_depth,
-                                 on_error=m.db_errors.labels("registry").inc)
+                                 on_error=m.db_errors.labels("registry").inc, leader=self.elector)
         addr = parse_addr(s.metrics_addr, s.metrics_allow_remote)
         self.http = None if addr is None else HttpServer(addr[0], addr[1], m, health=self.health,
                                                          ready=self.ready)
@@ -170,6 +173,7 @@ class Master:
             (self.forkservers, "first", LAST),  # before any thread or connection of the master
             (self.http, "boot", SERVICES), (self.dispatcher, "boot", SERVICES),
             (self.completer, "serve", SERVICES), (self.notifier, "serve", CLAIMS),
+            (self.elector, "serve", CLAIMS),  # stopped after the scheduler: gives the lease up
             (self.reaper, "serve", SERVICES), (self.aging, "serve", SERVICES),
             (self.scheduler, "serve", CLAIMS), (self.registry, "serve", SERVICES),
             (self.ticker, "serve", SERVICES), (self.heartbeater, "serve", LEASES),

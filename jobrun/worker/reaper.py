@@ -1,4 +1,4 @@
-"""The reaper: every master runs it; many at once are safe.
+"""The reaper: the cluster's leader runs it (worker/leader.py); many at once would be safe.
 
 A transactional attempt's database session whose lease expired is ended first (its open
 transaction may hold the effect key a successor needs). Leases past their expiry on the
@@ -7,6 +7,12 @@ database clock go back to ``queued`` with backoff (or
 the token it read, with a ``lease_expired`` attempt row. It also purges finished jobs older
 than their queue's retention, or the master's ``retention`` for queues without one (0: keep
 those), in small batches so no lock is held for long.
+
+Only the leader reaps: a master starts its reaper when it is elected (the first pass at once)
+and cancels it when it steps down, so during a change of leader an expired lease waits at most
+the lease's takeover time (ttl + period) plus one reap interval. Every statement is guarded by
+its rows (a lease's token and expiry on the database clock), so a stale leader's last pass, or
+two leaders' passes at once, do no harm.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import psycopg
 
 from jobrun.store.driver import drive_async
 from jobrun import ops
+from jobrun.worker.leader import Elector, while_leading
 from jobrun.worker.lifecycle import PeriodicDbService
 from jobrun.logs import event
 from jobrun.policy import DEFAULT_RETRY, reap_interval
@@ -34,8 +41,10 @@ class Reaper(PeriodicDbService):
     def __init__(self, dsn: str, queries: Queries, interval: float, retention: float,
                  purge_interval: float = 60.0, batch: int = 500,
                  on_reaped: Callable[[int], None] | None = None,
-                 on_db_error: Callable[[], None] | None = None) -> None:
+                 on_db_error: Callable[[], None] | None = None,
+                 leader: Elector | None = None) -> None:
         super().__init__(dsn, on_db_error)
+        self.leader = leader  # None: run always (a test, a single process)
         self.q = queries
         self.interval = interval
         self.retention = retention
@@ -45,6 +54,9 @@ class Reaper(PeriodicDbService):
         self.reaped = 0
         self.purged = 0
         self._next_purge = 0.0
+
+    async def _run(self) -> None:
+        await while_leading(self.leader, super()._run, self.name)
 
     def reconfigure(self, settings) -> None:
         self.interval = reap_interval(settings.lease_ttl)

@@ -2,7 +2,8 @@
 
 Each master keeps one row in ``workers`` (host, pid, app, queues, concurrency, busy children,
 in-flight jobs, version, started, last seen) and deletes it when it stops; rows of masters
-that died without a word go stale and are purged by any master. The same loop refreshes the
+that died without a word go stale and are purged by the cluster's leader (worker/leader.py).
+The same loop refreshes the
 cached queue depth that /metrics serves, so a scrape never queries the database; with a deep
 backlog that count is refreshed less often, so that the counts of all live masters together
 take no more than a tenth of one master's time (each of M masters counts M times less often).
@@ -18,12 +19,14 @@ from typing import Callable
 import psycopg
 
 from jobrun.store import db
+from jobrun.worker.leader import Elector
 from jobrun.worker.lifecycle import PeriodicDbService
 from jobrun.logs import event
 from jobrun.sql import Queries
 
 log = logging.getLogger("jobrun.registry")
 STALE_AFTER = 30.0
+LIVE_REFRESH = 10.0  # a follower's count of the live masters (for the depth pause) is this fresh
 
 
 def depth_pause(interval: float, took: float, masters: int) -> float:
@@ -39,23 +42,33 @@ class Registry(PeriodicDbService):
     def __init__(self, dsn: str, queries: Queries, row: Callable[[], dict],
                  on_depth: Callable[[list[dict]], None], interval: float = 2.0,
                  on_error: Callable[[], None] | None = None,
-                 on_db_ok: Callable[[], None] | None = None) -> None:
+                 on_db_ok: Callable[[], None] | None = None,
+                 leader: Elector | None = None) -> None:
         # on_db_ok: /healthz, the database was reached just now
         super().__init__(dsn, on_db_error=on_error, on_db_ok=on_db_ok)
+        self.leader = leader  # purges stale rows while it leads (None: always)
         self.q = queries
         self.row = row
         self.on_depth = on_depth
         self.interval = interval
         self._next_depth = 0.0
+        self.live = 1                      # masters live, as last counted
+        self._live_at = float("-inf")      # monotonic: when
 
     async def tick(self, conn: psycopg.AsyncConnection) -> float:
         row = self.row()
         row["inflight"] = json.dumps(row["inflight"])
         row.update(self.db.health.report().as_row())  # and its database health (connector)
         await conn.execute(self.q.registry_upsert, row)
-        cur = await conn.execute(self.q.registry_purge_stale, {"stale": STALE_AFTER})
-        live = (await cur.fetchone())["live"]
+        if self.leader is None or self.leader.still_leading():
+            cur = await conn.execute(self.q.registry_purge_stale, {"stale": STALE_AFTER})
+            self.live, self._live_at = (await cur.fetchone())["live"], time.monotonic()
         if time.monotonic() >= self._next_depth:
+            if time.monotonic() >= self._live_at + LIVE_REFRESH:
+                # A follower counts the live masters only for the depth pause, and seldom.
+                cur = await conn.execute(self.q.registry_live, {"stale": STALE_AFTER})
+                self.live, self._live_at = (await cur.fetchone())["live"], time.monotonic()
+            live = self.live
             started = time.monotonic()
             cur = await conn.execute(self.q.metrics_queue_depth)
             self.on_depth(await cur.fetchall())

@@ -1,28 +1,18 @@
-"""The scheduler: every master runs it; one leads at a time, by a lease in the database.
+"""The scheduler: every master runs it; the leader fires (worker/leader.py holds the lease).
 
-Leadership (the ``scheduler_leader`` row, database clock):
+Every master syncs the schedules declared in its code once (any master may start with new
+code). Only the leader fires: it asks the elector before each fire, and each fire is one
+autocommit statement (``schedule_fire``): lock the leader row FOR SHARE checking owner, term
+and expiry, advance the schedule if it is still at the slot and version read, and insert the
+slots' jobs with idempotency key ``sched:<id>:<slot UTC>``. A stale leader's statement changes
+nothing; a slot's job can never be inserted twice. A refused fire asks the elector to check
+the lease at once.
 
-    follower --acquire (row free or expired)--> leader --renew every `period`--> leader
-       ^                                          |
-       +---- renewal failed, refused, or the local deadline passed (step down at once)
-
-* A leader renews every ``period`` = ttl / 3; each renewal sets ``expires_at = now() + ttl``.
-* It trusts its lease only until ``deadline`` = (monotonic time the renewal was *sent*) +
-  ttl - period: the database set its expiry after that send, so the leader stops acting one
-  period before the database could hand the lease to anyone else. A SIGSTOPped leader wakes
-  past its deadline and steps down before it fires anything.
-* A follower tries to acquire every ``period``; a lease expires at most ttl after its holder
-  stopped renewing, so a dead or frozen leader is replaced within ttl + period (plus one
-  statement). Nothing is held by a session: the database ends nothing, and a frozen process
-  blocks no one (no advisory lock, no open transaction between statements).
-* Each fire is one autocommit statement (``schedule_fire``): lock the leader row FOR SHARE
-  checking owner, term and expiry, advance the schedule if it is still at the slot and
-  version read, and insert the slots' jobs with idempotency key ``sched:<id>:<slot UTC>``.
-  A stale leader's statement changes nothing; a slot's job can never be inserted twice.
-
-Timing: the leader sleeps until the earliest next fire (database clock mapped to the
-monotonic clock at each renewal), the next renewal, or a change of the schedules table
-(NOTIFY on ``<schema>_schedules``, with a poll every ``poll`` seconds as a floor).
+Timing: the leader sleeps until the earliest next fire (the database clock, read with the due
+schedules, mapped to the monotonic clock), a change of leadership, or a change of the
+schedules table (NOTIFY on ``<schema>_schedules``, with a poll every ``poll`` seconds as a
+floor). Every statement of its session is bounded by the lease's period (statement_timeout):
+a fire may not outlive the time the leader trusts its lease for.
 """
 
 from __future__ import annotations
@@ -43,6 +33,7 @@ from jobrun.policy import cron
 from jobrun.sql import Queries
 from jobrun.store import db
 from jobrun.store.connector import Connector
+from jobrun.worker.leader import Elector
 from jobrun.worker.lifecycle import Service, backoff_sleep
 from jobrun.worker.notifier import Notifier
 
@@ -54,8 +45,8 @@ DUE_BATCH = 100  # schedules looked at per pass
 class Scheduler(Service):
     name = "scheduler"
 
-    def __init__(self, dsn: str | Connector, queries: Queries, owner: str, *, ttl: float = 10.0,
-                 poll: float = 1.0, payload_limit: int = 1024 * 1024,
+    def __init__(self, dsn: str | Connector, queries: Queries, leader: Elector, *, poll: float = 1.0,
+                 payload_limit: int = 1024 * 1024,
                  declared: Callable[[], Iterable[dict[str, Any]]] = list,
                  metrics: Any = None, on_db_error: Callable[[], None] | None = None,
                  notifier: Notifier | None = None) -> None:
@@ -64,18 +55,13 @@ class Scheduler(Service):
         super().__init__()
         self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
         self.q = queries
-        self.owner = owner
-        self.ttl = ttl
-        self.period = ttl / 3
+        self.leader = leader
+        leader.subscribe(self.wake)  # elected, stepped down, or the lease checked again
         self.poll = poll
         self.payload_limit = payload_limit
         self.declared = declared
         self.metrics = metrics
         self.on_db_error = on_db_error
-        self.leading = False
-        self.term = 0
-        self.deadline = 0.0        # monotonic: trust the lease until then
-        self._renew_at = 0.0       # monotonic: next acquire/renew
         self._db_ref: datetime | None = None  # database clock at _mono_ref
         self._mono_ref = 0.0
         self._synced = False
@@ -92,10 +78,7 @@ class Scheduler(Service):
         self._wake.set()
 
     def reconfigure(self, settings) -> None:
-        """A SIGHUP's lease TTL (from the next renewal on; the statement timeout that follows
-        it, from the next connection) and payload limit."""
-        self.ttl = settings.schedule_lease_ttl
-        self.period = self.ttl / 3
+        """A SIGHUP's payload limit (the lease's TTL is the elector's)."""
         self.payload_limit = settings.max_payload_bytes
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -111,21 +94,20 @@ class Scheduler(Service):
                         self._conn = await self.db.connect()
                         # A statement may not outlive the time we trust our lease for.
                         await self._conn.execute(self.q.scheduler_statement_timeout,
-                                                 {"ms": str(int(self.period * 1000))})
+                                                 {"ms": str(int(self.leader.period * 1000))})
+                    self._wake.clear()
                     wait = await self.step()
                     failures = 0
                 except (psycopg.Error, JobrunError, OSError) as exc:
                     failures += 1
-                    self._step_down("database error")
                     self.db.failed(exc)
                     if self.on_db_error:
                         self.on_db_error()
                     event(log, logging.WARNING, "scheduler.failed", error=db.first_line(exc),
                           retry=failures)
                     await self._close()
-                    await backoff_sleep(failures, cap=self.period)
+                    await backoff_sleep(failures, cap=self.leader.period)
                     continue
-                self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, wait))
                 except asyncio.TimeoutError:
@@ -133,7 +115,6 @@ class Scheduler(Service):
         finally:
             if self.notifier is not None:
                 await self.notifier.stop()
-            await self._release()
             await self._close()
 
     async def _close(self) -> None:
@@ -144,48 +125,21 @@ class Scheduler(Service):
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
 
-    async def _release(self) -> None:
-        """Give the lease up on a clean stop, so another master leads at once."""
-        if not self.leading or self._conn is None or self._conn.closed:
-            return
-        self._step_down("stopping")
-        try:
-            await asyncio.wait_for(self._conn.execute(self.q.leader_release,
-                                                      {"owner": self.owner}), self.period)
-        except Exception as exc:  # noqa: BLE001 - the lease then just expires
-            event(log, logging.WARNING, "scheduler.release_failed", error=db.first_line(exc))
-
     # --- one pass -------------------------------------------------------------------------
 
     async def step(self) -> float:
-        """Renew or seek the lease when due, sync declared schedules once, fire what is due;
-        returns how long to wait (seconds) before the next pass."""
+        """Sync declared schedules once; as leader, fire what is due. Returns how long to wait
+        (seconds) before the next pass; a change of leadership or of the schedules wakes it
+        sooner."""
         assert self._conn is not None
-        if time.monotonic() >= self._renew_at:
-            await self._elect()
         if not self._synced:
             await self._sync()
-        wait = self._renew_at - time.monotonic()
-        if self.leading:
+        wait = self.poll
+        if self.leader.still_leading():
             nxt = await self._fire_due()
             if nxt is not None:
                 wait = min(wait, (nxt - self._db_now()).total_seconds())
-        return max(0.0, min(wait, self.poll))
-
-    def still_leading(self) -> bool:
-        if self.leading and time.monotonic() >= self.deadline:
-            self._step_down("lease deadline passed")
-        return self.leading
-
-    def _step_down(self, why: str) -> None:
-        if self.leading:
-            self.leading = False
-            # A clean stop hands the lease over on purpose; anything else is worth a look.
-            event(log, logging.INFO if why == "stopping" else logging.WARNING,
-                  "scheduler.step_down", owner=self.owner, term=self.term, reason=why)
-            if self.metrics:
-                self.metrics.scheduler_leading.set(0)
-        self._renew_at = min(self._renew_at, time.monotonic() + self.period)
+        return max(0.0, wait)
 
     def _db_now(self) -> datetime:
         assert self._db_ref is not None
@@ -194,25 +148,6 @@ class Scheduler(Service):
     def _clock(self, db_now: datetime, sent: float) -> None:
         received = time.monotonic()
         self._db_ref, self._mono_ref = db_now, (sent + received) / 2
-
-    async def _elect(self) -> None:
-        sent = time.monotonic()
-        cur = await self._conn.execute(self.q.leader_acquire, {"owner": self.owner, "ttl": self.ttl})
-        row = await cur.fetchone()
-        self._renew_at = sent + self.period
-        if row is None:
-            self._step_down("lease held by another master")
-            cur = await self._conn.execute(self.q.db_now)
-            self._clock((await cur.fetchone())["now"], sent)
-            return
-        self._clock(row["db_now"], sent)
-        if not self.leading or row["term"] != self.term:
-            event(log, logging.INFO, "scheduler.leading", owner=self.owner, term=row["term"])
-            if self.metrics:
-                self.metrics.scheduler_leader_changes.inc()
-                self.metrics.scheduler_leading.set(1)
-        self.leading, self.term = True, row["term"]
-        self.deadline = sent + self.ttl - self.period
 
     async def _sync(self) -> None:
         declared = list(self.declared())
@@ -231,15 +166,18 @@ class Scheduler(Service):
 
     async def _fire_due(self) -> datetime | None:
         """Fire every due schedule; returns the earliest next fire among those looked at."""
+        sent = time.monotonic()
         cur = await self._conn.execute(self.q.schedules_due_soon, {"limit": DUE_BATCH})
         rows = await cur.fetchall()
+        if rows:
+            self._clock(rows[0]["db_now"], sent)
         earliest: datetime | None = None
         for row in rows:
             now = row["db_now"]
             if row["next_fire_at"] > now:
                 earliest = row["next_fire_at"] if earliest is None else min(earliest, row["next_fire_at"])
                 break  # ordered by next fire: the rest are later still
-            if not self.still_leading():
+            if not self.leader.still_leading():
                 return None
             nxt = await self._fire(row, now)
             if nxt is not None:
@@ -257,13 +195,15 @@ class Scheduler(Service):
             event(log, logging.ERROR, "schedule.invalid", schedule=row["name"], error=str(exc))
             d = cron.Due([], 0, None)
         cur = await self._conn.execute(self.q.schedule_fire, {
-            "owner": self.owner, "term": self.term, "id": row["id"], "version": row["version"],
+            "owner": self.leader.owner, "term": self.leader.term, "id": row["id"],
+            "version": row["version"],
             "expected": row["next_fire_at"], "next_fire_at": d.next_at,
             "last_fire_at": d.fire[-1] if d.fire else None, "slots": d.fire})
         result = await cur.fetchone()
         if not result["advanced"]:
-            # Lease lost, or the schedule changed meanwhile: ask the database who leads now.
-            self._renew_at = time.monotonic()
+            # Lease lost, or the schedule changed meanwhile: ask the database who leads now
+            # (the elector wakes this part with the answer).
+            self.leader.recheck()
             return None
         made = len(result["job_ids"])
         if len(d.fire) != made:

@@ -1,7 +1,8 @@
 """The master's teardown, in stages, each with its own time budget and a log line:
 
-    1/6 stop claiming        the claimer finishes a claim in flight; the notifier and the
-                             scheduler stop (its leader lease is given up at once)
+    1/6 stop claiming        the claimer finishes a claim in flight; the notifier, the
+                             scheduler and the elector stop (the leader lease is given up
+                             at once)
     2/6 drain children       (SIGTERM) in-flight jobs get --grace seconds; SIGQUIT cuts it short
     3/6 release the rest     children still running are killed, their jobs released at once
                              (the attempt refunded); jobs waiting in pipes are given back

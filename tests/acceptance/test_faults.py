@@ -158,8 +158,9 @@ def test_four_masters_on_one_database(db_env, tmp_path, pg_dsn, schema, client, 
 # --- the database's side: sessions terminated, a restart, a half-open connection -------------
 
 def test_terminate_each_kind_of_connection(db_env, tmp_path, pg_dsn, schema, client, conn, faults):
-    """pg_terminate_backend on the master's LISTEN, claim, complete, heartbeat, registry and
-    reaper connections and on a child's transactional connection, in the seed's order."""
+    """pg_terminate_backend on the master's LISTEN, claim, complete, heartbeat, registry,
+    reaper and elector connections and on a child's transactional connection, in the seed's
+    order."""
     kinds = list(KINDS)
     faults.rng.shuffle(kinds)
     with faults, Fleet(db_env, tmp_path, faults, "-c", "2", record_dsn=pg_dsn) as fleet:

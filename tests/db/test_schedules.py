@@ -16,6 +16,7 @@ from psycopg import sql
 import jobrun
 from jobrun.errors import Conflict, InvalidInput, NotFound, Refused, UnknownQueue
 from jobrun.sql import for_schema
+from jobrun.worker.leader import Elector
 from jobrun.worker.scheduler import Scheduler
 
 UTC = timezone.utc
@@ -190,12 +191,14 @@ def test_cli_next_is_a_dry_run(db_env):
 def one_pass(pg_dsn, schema, owner="m1", ttl=30.0, metrics=None):
     """One scheduler pass (elect, sync, fire what is due) on a fresh connection."""
     async def go():
-        s = Scheduler(pg_dsn, for_schema(schema), owner, ttl=ttl, metrics=metrics)
+        leader = Elector(pg_dsn, for_schema(schema), owner, ttl=ttl, metrics=metrics)
+        s = Scheduler(pg_dsn, for_schema(schema), leader, metrics=metrics)
         from jobrun.store import db
         s._conn = await db.connect_async(pg_dsn)
         try:
+            await leader.elect(s._conn)
             await s.step()
-            return s.leading
+            return leader.leading
         finally:
             await s._close()
 
@@ -346,18 +349,21 @@ def test_a_new_schedule_wakes_the_sleeping_leader(pg_dsn, schema):
         return value
 
     async def go():
-        s = Scheduler(pg_dsn, for_schema(schema), "m", ttl=60.0, poll=30.0)
+        leader = Elector(pg_dsn, for_schema(schema), "m", ttl=60.0)
+        s = Scheduler(pg_dsn, for_schema(schema), leader, poll=30.0)
+        leader.start()
         s.start()
         try:
             async with jobrun.AsyncClient(pg_dsn, schema=schema) as c:
                 async def leading():
-                    return s.leading
+                    return leader.leading
                 await until(leading, 10)  # then it sleeps ~20 s: nothing is scheduled
                 made = await c.schedules.create("fresh", "*/2 * * * * *", "t.run")
                 jobs = await until(lambda: c.schedules.jobs("fresh"), 10)
                 return made, jobs[-1]
         finally:
             await s.stop()
+            await leader.stop()
 
     made, job = asyncio.run(go())
     assert job.idempotency_key == f"sched:{made.id}:" + made.next_fire_at.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -2,10 +2,10 @@
 
 The master sets no application_name, so a backend is known by the last statement it ran: each
 of the master's connections runs its own named queries (LISTEN; claim_plain/claim_jobs/unclaim/
-db_now; complete_jobs; heartbeat; registry_*; reap_expired/purge_batch), and a child's transactional
-connection runs effect_claim/complete_transactional inside explicit transactions. Our own
-connections (the test's and the handlers' start record) carry an application_name starting
-with ``faults-`` and are left out.
+db_now; complete_jobs; heartbeat; registry_*; reap_expired/purge_batch; leader_acquire), and a
+child's transactional connection runs effect_claim/complete_transactional inside explicit
+transactions. Our own connections (the test's and the handlers' start record) carry an
+application_name starting with ``faults-`` and are left out.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ import re
 
 from jobrun.sql import raw_queries, render
 
-KINDS = ("listen", "claim", "complete", "heartbeat", "registry", "reaper", "child")
+KINDS = ("listen", "claim", "complete", "heartbeat", "registry", "reaper", "leader", "child")
 
 _BY_QUERY = {
     "claim": ("claim_jobs", "claim_plain", "unclaim", "db_now"),
     "complete": ("complete_jobs",),
     "heartbeat": ("heartbeat",),
-    "registry": ("registry_upsert", "registry_delete", "registry_purge_stale",
+    "registry": ("registry_upsert", "registry_delete", "registry_purge_stale", "registry_live",
                  "metrics_queue_depth"),
     "reaper": ("reap_expired", "purge_batch"),
+    "leader": ("leader_acquire",),
     "child": ("effect_claim", "complete_transactional"),
 }
 

@@ -233,15 +233,15 @@ def test_every_part_of_the_master_is_in_its_one_list():
     asyncio.run(scenario())
 
 
-def test_a_hup_reaches_the_scheduler():
+def test_a_hup_reaches_the_scheduler_and_the_elector():
     async def scenario():
         m = wired()
-        assert (m.scheduler.ttl, m.scheduler.payload_limit) == (10.0, 1024 * 1024)
+        assert (m.elector.ttl, m.scheduler.payload_limit) == (10.0, 1024 * 1024)
         m.reload_settings = lambda: Settings(app="tests.apps.taskapp", concurrency=2,
                                              metrics_addr="off", spawn="exec",
                                              schedule_lease_ttl=4.5, max_payload_bytes=1000)
         m.handle_hup()
-        assert (m.scheduler.ttl, m.scheduler.period) == (4.5, 1.5)
+        assert (m.elector.ttl, m.elector.period) == (4.5, 1.5)
         assert m.scheduler.payload_limit == 1000
     asyncio.run(scenario())
 
