@@ -14,9 +14,8 @@ from jobrun.errors import InvalidInput, NotFound
 from jobrun.ops import Op, Step
 from jobrun.records import JobRecord
 from jobrun.sql import Queries
+from jobrun.states import OUTCOMES
 
-OUTCOMES = ("succeeded", "failed", "retry", "timeout", "worker_lost", "lease_expired",
-            "cancelled", "released")
 TASK_WINDOW = 3600.0  # seconds of finished jobs and attempts behind a task's figures
 TASK_SAMPLE = 2000    # at most this many of those jobs, and of those attempts (the newest)
 TASK_RECENT = 10      # recent jobs shown with one task

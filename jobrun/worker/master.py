@@ -148,7 +148,8 @@ class Master:
                                  on_db_error=m.db_errors.labels("listen").inc)
         self.reaper = Reaper(self.dsn, self.q, interval=reap_interval(s.lease_ttl),
                              retention=s.retention, on_reaped=m.expired.inc,
-                             on_db_error=m.db_errors.labels("reaper").inc)
+                             on_db_error=m.db_errors.labels("reaper").inc,
+                             tasks=lambda: self.dispatcher.tasks)
         self.aging = AgingSweeper(self.dsn, self.q, list(s.queues),
                                   on_aged=lambda queue, n: m.aged.labels(queue).inc(n),
                                   on_db_error=m.db_errors.labels("aging").inc)
