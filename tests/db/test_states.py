@@ -39,7 +39,8 @@ def difference(found: set[str], expected: tuple[str, ...]) -> str | None:
 
 def domain_check(conn: psycopg.Connection, schema: str, domain: str) -> str:
     [(definition,)] = conn.execute(
-        "SELECT pg_get_constraintdef(k.oid) FROM pg_constraint k JOIN pg_type t ON t.oid = k.contypid"
+        "SELECT pg_get_constraintdef(k.oid) FROM pg_constraint k"
+        "  JOIN pg_type t ON t.oid = k.contypid"
         " WHERE t.typname = %s AND t.typnamespace = %s::regnamespace",
         [domain, schema]).fetchall()
     return definition
@@ -47,7 +48,8 @@ def domain_check(conn: psycopg.Connection, schema: str, domain: str) -> str:
 
 def table_check(conn: psycopg.Connection, schema: str, table: str, name: str) -> str:
     [(definition,)] = conn.execute(
-        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = %s AND conrelid = %s::regclass",
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conname = %s AND conrelid = %s::regclass",
         [name, f'"{schema}".{table}']).fetchall()
     return definition
 
@@ -108,7 +110,8 @@ def _finish(conn: psycopg.Connection, schema: str, job: dict, status: str) -> li
 
 
 @pytest.mark.parametrize("status", states.STATUSES)
-def test_finish_jobs_moves_a_leased_job_only_where_the_module_allows(pg_dsn, client, schema, status):
+def test_finish_jobs_moves_a_leased_job_only_where_the_module_allows(pg_dsn, client, schema,
+                                                                      status):
     client.enqueue("t")
     with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
         [job] = lease(conn, schema, 1, "o")
@@ -138,11 +141,12 @@ def test_the_reaper_backs_off_with_the_task_s_own_ladder(pg_dsn, client, schema)
     jobs = sql.Identifier(schema, "jobs")
     with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
         assert len(lease(conn, schema, 2 * JOBS, "gone")) == 2 * JOBS
-        conn.execute(sql.SQL("UPDATE {} SET attempts = %s, lease_expires_at = now() - interval '1 s'")
-                     .format(jobs), [ATTEMPT])
+        conn.execute(sql.SQL("UPDATE {} SET attempts = %s,"
+                             " lease_expires_at = now() - interval '1 s'").format(jobs), [ATTEMPT])
         before = conn.execute("SELECT now() AS t").fetchone()["t"]
         tasks = {"slow": {"retry": [SLOW.base, SLOW.factor, SLOW.cap]}}  # "other": not known
-        reaper = Reaper(pg_dsn, for_schema(schema), interval=1.0, retention=0.0, tasks=lambda: tasks)
+        reaper = Reaper(pg_dsn, for_schema(schema), interval=1.0, retention=0.0,
+                        tasks=lambda: tasks)
 
         async def reap() -> int:
             async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True,

@@ -49,8 +49,8 @@ BEGIN
     SELECT coalesce(s.v, 'NULL') INTO bad FROM unnest(statuses) AS s(v)
      WHERE s.v IS NULL OR s.v NOT IN ('succeeded', 'queued', 'dead', 'cancelled') LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'finish_jobs: a leased job becomes succeeded, queued, dead or cancelled, not %', bad
-            USING ERRCODE = 'JR001';
+        RAISE EXCEPTION 'finish_jobs: a leased job becomes succeeded, queued, dead or cancelled, not %',
+            bad USING ERRCODE = 'JR001';
     END IF;
     RETURN QUERY
     WITH r AS (
