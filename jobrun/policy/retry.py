@@ -5,6 +5,7 @@ No I/O and no clock: callers pass the random source, so each rule can be tested 
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -34,8 +35,8 @@ class RetryPolicy:
         """The upper bound of the delay after the ``attempt``-th start failed (attempt >= 1)."""
         try:
             value = self.base * self.factor ** max(attempt - 1, 0)
-        except OverflowError:
-            return self.cap
+        except OverflowError:  # the power is past any float: the cap, but a base 0 stays 0
+            value = self.base * math.inf if self.base else 0.0
         return min(self.cap, value)
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:

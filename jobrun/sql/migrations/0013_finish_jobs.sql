@@ -96,15 +96,15 @@ $$;
 
 -- The ceiling of a retry's delay after the attempt-th start, min(cap, base * factor^(n-1)),
 -- as jobrun.policy.retry.RetryPolicy.ceiling computes it; worked out in logarithms so that
--- no ladder overflows or underflows (a delay never errs), and 0 for a base or cap <= 0. The
--- reaper draws its jittered delay under it with each task's own ladder.
+-- no ladder overflows (a delay never errs). A base or cap <= 0 gives 0 (at once), a factor
+-- <= 0 the base once and then 0. A branch whose condition is constant false is dropped
+-- before the planner folds its constants, so no logarithm of 0 is ever taken.
 CREATE FUNCTION {schema}.retry_ceiling(attempt integer, base float8, factor float8,
                                        cap float8) RETURNS float8
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN base > 0 AND cap > 0
-                THEN exp(greatest(-700, least(ln(greatest(cap, 1e-300)),
-                                              ln(greatest(base, 1e-300))
-                                              + greatest(attempt - 1, 0)
-                                                * ln(greatest(factor, 1e-300)))))
-                ELSE 0 END
+    SELECT CASE WHEN base <= 0 OR cap <= 0 THEN 0
+                WHEN factor <= 0 THEN CASE WHEN attempt <= 1 THEN least(base, cap) ELSE 0 END
+                ELSE exp(greatest(-744, least(ln(cap),
+                                              ln(base) + greatest(attempt - 1, 0) * ln(factor))))
+           END
 $$;
