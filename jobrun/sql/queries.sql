@@ -9,10 +9,10 @@
 -- cached generic plan scans every leased row for each job of the batch: a 200-job
 -- completion took 84 ms instead of 4 ms, and a drain of 20,000 slowed to 700 jobs/s. The
 -- COLLATE keeps that index out of reach, so they look jobs up by primary key
--- (tests/db/test_plans.py). The master's connections that run
--- the completion and the heartbeat also plan them generically with sequential scans costed
--- out (BY_ID_SETTINGS in jobrun/store/db.py): a plan made while the table was a few pages read
--- each batch with a sequential scan, and kept doing so as the table grew.
+-- (tests/db/test_plans.py). The master's connections that run the completion and the
+-- heartbeat also plan them generically with sequential scans costed out (BY_ID_SETTINGS in
+-- jobrun/store/db.py): a plan made while the table was a few pages read each batch with a
+-- sequential scan, and kept doing so as the table grew.
 
 -- ===== producers =========================================================================
 
@@ -395,7 +395,8 @@ SELECT f.job_id
   FROM {schema}.finish_jobs(
            ids => %(ids)s::bigint[], tokens => %(tokens)s::bigint[],
            statuses => %(statuses)s::text[], outcomes => %(outcomes)s::text[],
-           channel => {ready_channel}, owner => %(owner)s::text, delays => %(delays)s::float8[], errors => %(errors)s::text[],
+           channel => {ready_channel}, owner => %(owner)s::text,
+           delays => %(delays)s::float8[], errors => %(errors)s::text[],
            tracebacks => %(tracebacks)s::text[], results => %(results)s::text[],
            children => %(children)s::integer[], crashed => %(crashed)s::integer[],
            logs => %(logs)s::text[], refunds => %(refunds)s::integer[],

@@ -3,7 +3,8 @@
 -- A master's completion batch, a transactional handler's commit and the reaper's expired
 -- leases each wrote the same tail after their update: the lease cleared, the job's limits
 -- given back (release_limits), the attempt recorded. Each now hands its rows to finish_jobs,
--- the one statement that ends a lease (the statuses and moves it allows: jobrun/states.py).
+-- the one statement by which an attempt ends its lease (the statuses and moves it allows:
+-- jobrun/states.py; a claim given back unstarted, unclaim, ran no attempt).
 -- It stays set-based as the completion was (UPDATE ... FROM unnest, one multi-row insert of
 -- attempts, one call per batch), and PL/pgSQL keeps its plan for the session as a prepared
 -- statement would: a master's completion connection plans it generically with sequential
