@@ -18,10 +18,9 @@ from jobrun import validate
 from jobrun.errors import InvalidInput, NotFound, Refused, StaleVersion, UnknownQueue
 from jobrun.records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
 from jobrun.sql import Queries
+from jobrun.states import STATUSES, TERMINAL
 from jobrun.tracing import current_traceparent
 
-TERMINAL = ("succeeded", "dead", "cancelled")
-STATUSES = ("queued", "leased") + TERMINAL
 PURGE_BATCH = 5000
 
 

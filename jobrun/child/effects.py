@@ -7,7 +7,8 @@ child opened itself, inside an open transaction. In that same transaction the ch
    (an insert: a racing attempt of the same key waits on it; a key already committed means the
    effects exist, and the handler body is skipped),
 2. runs the handler,
-3. marks the job succeeded with one attempt row, guarded by (owner, token, status='leased'),
+3. marks the job succeeded with one attempt row, guarded by (owner, token, status='leased'):
+   complete_transactional, through finish_jobs, the one SQL path by which a lease ends,
 
 and commits all of it at once. A lost lease (the guard matches no row, or LeaseLost raised in
 the handler) rolls the effects back. So the handler's database writes happen exactly once per

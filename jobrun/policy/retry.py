@@ -5,19 +5,22 @@ No I/O and no clock: callers pass the random source, so each rule can be tested 
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-# Attempt outcomes recorded in job_attempts.outcome.
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-RETRY = "retry"
-TIMEOUT = "timeout"
-WORKER_LOST = "worker_lost"
-LEASE_EXPIRED = "lease_expired"
-CANCELLED = "cancelled"
-RELEASED = "released"
+from jobrun.states import Outcome, Status
+
+# Attempt outcomes (jobrun/states.py), by the names the master and the child use.
+SUCCEEDED = Outcome.SUCCEEDED
+FAILED = Outcome.FAILED
+RETRY = Outcome.RETRY
+TIMEOUT = Outcome.TIMEOUT
+WORKER_LOST = Outcome.WORKER_LOST
+LEASE_EXPIRED = Outcome.LEASE_EXPIRED
+CANCELLED = Outcome.CANCELLED
+RELEASED = Outcome.RELEASED
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,8 @@ class RetryPolicy:
         """The upper bound of the delay after the ``attempt``-th start failed (attempt >= 1)."""
         try:
             value = self.base * self.factor ** max(attempt - 1, 0)
-        except OverflowError:
-            return self.cap
+        except OverflowError:  # the power is past any float: the cap, but a base 0 stays 0
+            value = self.base * math.inf if self.base else 0.0
         return min(self.cap, value)
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
@@ -49,7 +52,7 @@ DEFAULT_MAX_CRASHES = 3
 class Fate:
     """What becomes of a job after an attempt: its next status and, if queued, the delay."""
 
-    status: str  # 'succeeded' | 'queued' | 'dead' | 'cancelled'
+    status: str  # one of states.FINISHES: where a leased job goes
     delay: float = 0.0
 
 
@@ -64,22 +67,22 @@ def decide(outcome: str, *, attempts: int, max_attempts: int, crashes: int = 0,
     only the database knows whether cancel was requested meanwhile.
     """
     if outcome == SUCCEEDED:
-        return Fate(SUCCEEDED)
+        return Fate(Status.SUCCEEDED)
     if outcome == CANCELLED:
-        return Fate(CANCELLED)
+        return Fate(Status.CANCELLED)
     if outcome == RELEASED:
         # Cut short by the master's shutdown, not by the job: back at once, and the attempt
         # is given back (see refund in the completion).
-        return Fate("queued", 0.0)
+        return Fate(Status.QUEUED, 0.0)
     if permanent:
-        return Fate("dead")
+        return Fate(Status.DEAD)
     if outcome == WORKER_LOST and crashes + 1 >= max_crashes:
-        return Fate("dead")
+        return Fate(Status.DEAD)
     if attempts >= max_attempts:
-        return Fate("dead")
+        return Fate(Status.DEAD)
     if outcome == RETRY and retry_delay is not None:
-        return Fate("queued", max(0.0, float(retry_delay)))
-    return Fate("queued", policy.delay(attempts, rng))
+        return Fate(Status.QUEUED, max(0.0, float(retry_delay)))
+    return Fate(Status.QUEUED, policy.delay(attempts, rng))
 
 
 def max_attempts_for(enqueued: int, task_limit: int | None) -> int:

@@ -1,17 +1,18 @@
 -- Named queries. Each block: "-- name: <name>", then a one-line description, then the SQL.
 -- "{schema}" is the quoted schema name; parameters are psycopg's %(name)s placeholders.
 
--- Guards by id. The statements that update given jobs by id (completion, heartbeat, unclaim,
--- the reaper's update, a transactional completion) guard on `status = 'leased'` written as
--- `status COLLATE "C" = 'leased'` (the same test: the values are ASCII). Written plainly, it
--- lets the planner use the partial index on leased rows, and with statistics from when few
--- rows were leased (ANALYZE of a freshly filled queue) a cached generic plan scans every
--- leased row for each job of the batch: a 200-job completion took 84 ms instead of 4 ms,
--- and a drain of 20,000 slowed to 700 jobs/s. The COLLATE keeps that index out of reach, so
--- they look jobs up by primary key (tests/db/test_plans.py). The master's connections that run
--- the completion and the heartbeat also plan them generically with sequential scans costed
--- out (BY_ID_SETTINGS in jobrun/store/db.py): a plan made while the table was a few pages read
--- each batch with a sequential scan, and kept doing so as the table grew.
+-- Guards by id. The statements that update given jobs by id (the heartbeat, unclaim, and
+-- finish_jobs of migration 0014, which completions and the reaper call) guard on
+-- `status = 'leased'` written as `status COLLATE "C" = 'leased'` (the same test: the values
+-- are ASCII). Written plainly, it lets the planner use the partial index on leased rows,
+-- and with statistics from when few rows were leased (ANALYZE of a freshly filled queue) a
+-- cached generic plan scans every leased row for each job of the batch: a 200-job
+-- completion took 84 ms instead of 4 ms, and a drain of 20,000 slowed to 700 jobs/s. The
+-- COLLATE keeps that index out of reach, so they look jobs up by primary key
+-- (tests/db/test_plans.py). The master's connections that run the completion and the
+-- heartbeat also plan them generically with sequential scans costed out (BY_ID_SETTINGS in
+-- jobrun/store/db.py): a plan made while the table was a few pages read each batch with a
+-- sequential scan, and kept doing so as the table grew.
 
 -- ===== producers =========================================================================
 
@@ -389,43 +390,17 @@ SELECT NULL, NULL, NULL, %(queue)s::text, NULL, NULL, NULL, NULL, NULL, NULL, NU
   FROM k WHERE NOT k.plain AND NOT k.paused
 
 -- name: complete_jobs
--- Record a batch of attempt outcomes, each guarded by owner, fencing token and status; returns the ids accepted. The master sends the arrays in binary, typed (jobrun/store/arrays.py).
-WITH r AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[],
-                         %(outcomes)s::text[], %(delays)s::float8[], %(errors)s::text[],
-                         %(tracebacks)s::text[], %(results)s::text[], %(children)s::integer[],
-                         %(crashed)s::integer[], %(logs)s::text[], %(refunds)s::integer[])
-           AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed, log,
-                refund)
-), upd AS (
-    UPDATE {schema}.jobs j
-       SET status = CASE WHEN r.status = 'queued' AND j.cancel_requested THEN 'cancelled'
-                         ELSE r.status END,
-           run_at = CASE WHEN r.status = 'queued' THEN now() + make_interval(secs => r.delay)
-                         ELSE j.run_at END,
-           finished_at = CASE WHEN r.status = 'queued' AND NOT j.cancel_requested THEN NULL
-                              ELSE now() END,
-           crashes = j.crashes + r.crashed,
-           attempts = j.attempts - r.refund,
-           lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1
-      FROM r
-     WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_owner = %(owner)s
-       AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
-    RETURNING j.id, j.lease_token, j.attempts + r.refund AS attempts, j.started_at, j.queue,
-              j.counted, j.concurrency_key
-), freed AS (
-    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
-    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
-                                   array_agg(id), {ready_channel})
-      FROM upd WHERE counted OR concurrency_key IS NOT NULL
-)
-INSERT INTO {schema}.job_attempts
-       (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
-        error, traceback, result, log)
-SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, r.child, u.started_at, r.outcome,
-       r.error, r.traceback, r.result::jsonb, r.log
-  FROM upd u JOIN r ON r.id = u.id CROSS JOIN freed
-RETURNING job_id
+-- Record a batch of attempt outcomes through finish_jobs (migration 0014), each guarded by owner, fencing token and status; returns the ids accepted. The master sends the arrays in binary, typed (jobrun/store/arrays.py).
+SELECT f.job_id
+  FROM {schema}.finish_jobs(
+           ids => %(ids)s::bigint[], tokens => %(tokens)s::bigint[],
+           statuses => %(statuses)s::text[], outcomes => %(outcomes)s::text[],
+           channel => {ready_channel}, owner => %(owner)s::text,
+           delays => %(delays)s::float8[], errors => %(errors)s::text[],
+           tracebacks => %(tracebacks)s::text[], results => %(results)s::text[],
+           children => %(children)s::integer[], crashed => %(crashed)s::integer[],
+           logs => %(logs)s::text[], refunds => %(refunds)s::integer[],
+           host => %(host)s::text, pid => %(pid)s::integer) AS f(job_id)
 
 -- name: heartbeat
 -- Extend the leases this master still holds; returns those rows with their cancel flag (missing rows were lost).
@@ -437,41 +412,39 @@ UPDATE {schema}.jobs j
 RETURNING j.id, j.cancel_requested
 
 -- name: reap_expired
--- Requeue (with backoff), kill or cancel up to `limit` jobs whose lease expired (or that are leased with no expiry, which no claim writes), each guarded by the token read.
+-- Requeue (with its task's backoff), kill or cancel up to `limit` jobs whose lease expired (or that are leased with no expiry, which no claim writes), through finish_jobs, each guarded by the token read.
+-- The backoff ladders of the tasks in `tasks` are theirs (bases, factors, caps); any other
+-- task's is the default (base, factor, cap): see jobrun/worker/reaper.py.
 WITH x AS (
-    SELECT id, lease_token, lease_owner FROM {schema}.jobs
+    SELECT id, lease_token, lease_owner, task, attempts, max_attempts, cancel_requested
+      FROM {schema}.jobs
      WHERE status = 'leased' AND (lease_expires_at < now() OR lease_expires_at IS NULL)
      ORDER BY lease_expires_at NULLS FIRST
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
-), upd AS (
-    UPDATE {schema}.jobs j
-       SET status = CASE WHEN j.cancel_requested THEN 'cancelled'
-                         WHEN j.attempts >= j.max_attempts THEN 'dead'
-                         ELSE 'queued' END,
-           run_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts THEN j.run_at
-                         ELSE now() + make_interval(secs => random() * least(
-                              %(cap)s::float8, %(base)s * power(2.0, least(j.attempts - 1, 60))))
-                    END,
-           finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts THEN now()
-                              ELSE NULL END,
-           lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1
+), d AS (
+    SELECT x.id, x.lease_token,
+           CASE WHEN x.cancel_requested THEN 'cancelled'
+                WHEN x.attempts >= x.max_attempts THEN 'dead'
+                ELSE 'queued' END AS status,
+           random() * {schema}.retry_ceiling(x.attempts, coalesce(p.base, %(base)s::float8),
+                                             coalesce(p.factor, %(factor)s::float8),
+                                             coalesce(p.cap, %(cap)s::float8)) AS delay,
+           'lease expired: its holder (' || coalesce(x.lease_owner, '?') || ') stopped renewing it'
+               AS error
       FROM x
-     WHERE j.id = x.id AND j.lease_token = x.lease_token
-       AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
-    RETURNING j.id, j.lease_token, j.attempts, j.started_at, x.lease_owner, j.queue, j.counted,
-              j.concurrency_key
-), freed AS (
-    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
-    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
-                                   array_agg(id), {ready_channel})
-      FROM upd WHERE counted OR concurrency_key IS NOT NULL
+      LEFT JOIN unnest(%(tasks)s::text[], %(bases)s::float8[], %(factors)s::float8[],
+                       %(caps)s::float8[]) AS p(task, base, factor, cap) ON p.task = x.task
+), a AS (
+    SELECT array_agg(d.id) AS ids, array_agg(d.lease_token) AS tokens,
+           array_agg(d.status) AS statuses, array_agg(d.delay) AS delays,
+           array_agg(d.error) AS errors, array_agg('lease_expired'::text) AS outcomes
+      FROM d
 )
-INSERT INTO {schema}.job_attempts (job_id, lease_token, attempt, started_at, outcome, error)
-SELECT u.id, u.lease_token, u.attempts, u.started_at, 'lease_expired',
-       'lease expired: its holder (' || coalesce(u.lease_owner, '?') || ') stopped renewing it'
-  FROM upd u CROSS JOIN freed
-RETURNING job_id
+SELECT f.job_id
+  FROM a, {schema}.finish_jobs(ids => a.ids, tokens => a.tokens, statuses => a.statuses,
+                               outcomes => a.outcomes, channel => {ready_channel},
+                               delays => a.delays, errors => a.errors) AS f(job_id)
 
 -- ===== transactional handlers (run by the child, on its own connection) ==================
 
@@ -483,28 +456,14 @@ ON CONFLICT (task, effect_key) DO NOTHING
 RETURNING job_id
 
 -- name: complete_transactional
--- Succeed one job inside the handler's transaction, guarded by owner, token and status; no row: the lease was lost.
-WITH upd AS (
-    UPDATE {schema}.jobs j
-       SET status = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-           version = j.version + 1
-     WHERE j.id = %(id)s AND j.lease_token = %(token)s AND j.lease_owner = %(owner)s
-       AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
-    RETURNING j.id, j.lease_token, j.attempts, j.started_at, j.queue, j.counted,
-              j.concurrency_key
-), freed AS (
-    -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
-    SELECT {schema}.release_limits(array_agg(queue), array_agg(counted), array_agg(concurrency_key),
-                                   array_agg(id), {ready_channel})
-      FROM upd WHERE counted OR concurrency_key IS NOT NULL
-)
-INSERT INTO {schema}.job_attempts
-       (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at, outcome,
-        result, log)
-SELECT u.id, u.lease_token, u.attempts, %(host)s, %(pid)s, %(child)s, u.started_at, 'succeeded',
-       %(result)s::jsonb, %(log)s
-  FROM upd u CROSS JOIN freed
-RETURNING job_id
+-- Succeed one job inside the handler's transaction through finish_jobs, guarded by owner, token and status; no row: the lease was lost.
+SELECT f.job_id
+  FROM {schema}.finish_jobs(
+           ids => ARRAY[%(id)s::bigint], tokens => ARRAY[%(token)s::bigint],
+           statuses => ARRAY['succeeded'], outcomes => ARRAY['succeeded'],
+           channel => {ready_channel}, owner => %(owner)s::text, results => ARRAY[%(result)s::text],
+           children => ARRAY[%(child)s::integer], logs => ARRAY[%(log)s::text],
+           host => %(host)s::text, pid => %(pid)s::integer) AS f(job_id)
 
 -- ===== written by the master for observers ================================================
 

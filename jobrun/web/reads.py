@@ -14,9 +14,8 @@ from jobrun.errors import InvalidInput, NotFound
 from jobrun.ops import Op, Step
 from jobrun.records import JobRecord
 from jobrun.sql import Queries
+from jobrun.states import OUTCOMES, STATUSES
 
-OUTCOMES = ("succeeded", "failed", "retry", "timeout", "worker_lost", "lease_expired",
-            "cancelled", "released")
 TASK_WINDOW = 3600.0  # seconds of finished jobs and attempts behind a task's figures
 TASK_SAMPLE = 2000    # at most this many of those jobs, and of those attempts (the newest)
 TASK_RECENT = 10      # recent jobs shown with one task
@@ -47,7 +46,7 @@ def list_jobs(q: Queries, *, statuses: Sequence[str] = (), queue: str | None = N
     full, the page is *partial*: the cursor then continues below the last job it looked at,
     and older matches may follow."""
     params = {
-        "statuses": _one_of(statuses, ops.STATUSES, "status"),
+        "statuses": _one_of(statuses, STATUSES, "status"),
         "queue": validate.queue_name(queue) if queue is not None else None,
         "task": validate.task_name(task) if task is not None else None,
         "schedule": validate.schedule_name(schedule) if schedule is not None else None,
@@ -169,7 +168,7 @@ def tasks(q: Queries, task: str | None = None) -> Op:
 
     def entry(name: str) -> dict[str, Any]:
         return out.setdefault(name, {
-            "task": name, "counts": {s: 0 for s in ops.STATUSES}, "window_seconds": TASK_WINDOW,
+            "task": name, "counts": {s: 0 for s in STATUSES}, "window_seconds": TASK_WINDOW,
             "finished_since": finished_since, "runs": 0, "success_rate": None,
             "mean_run_seconds": None, "p95_run_seconds": None, "runs_since": runs_since,
             "served_by": []})

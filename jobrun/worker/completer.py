@@ -1,5 +1,8 @@
 """Record attempt outcomes in batches: one statement per batch, no per-job round trip.
 
+The statement (complete_jobs) hands the batch to finish_jobs (migration 0014), the one SQL
+path by which a lease ends (jobrun/states.py): the reaper and transactional handlers use it too.
+
 Batching adapts to load: a result that finds the completer idle is written at once, and
 results that arrive while a flush runs are written by the next flush, which starts as soon as
 that one ends. Only while jobs wait in the queue does the next flush start ``linger()``

@@ -148,7 +148,8 @@ class Master:
                                on_db_error=m.db_errors.labels("scheduler").inc)
         self.reaper = Reaper(self.db, self.q, interval=reap_interval(s.lease_ttl),
                              retention=s.retention, on_reaped=m.expired.inc,
-                             on_db_error=m.db_errors.labels("reaper").inc, leader=self.elector)
+                             on_db_error=m.db_errors.labels("reaper").inc, leader=self.elector,
+                             tasks=lambda: self.dispatcher.tasks)
         self.aging = AgingSweeper(self.db, self.q, None,  # the leader sweeps every queue
                                   on_aged=lambda queue, n: m.aged.labels(queue).inc(n),
                                   on_db_error=m.db_errors.labels("aging").inc, leader=self.elector)

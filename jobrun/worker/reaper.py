@@ -4,7 +4,10 @@ A transactional attempt's database session whose lease expired is ended first (i
 transaction may hold the effect key a successor needs). Leases past their expiry on the
 database clock go back to ``queued`` with backoff (or
 ``dead`` when attempts are spent, ``cancelled`` when cancel was requested), each guarded by
-the token it read, with a ``lease_expired`` attempt row. It also purges finished jobs older
+the token it read, with a ``lease_expired`` attempt row. The backoff is the task's own ladder
+(retry_base / retry_factor / retry_cap) for the tasks this master learned from its children's
+ready frames (``tasks``), and the default ladder for any other task: any master reaps any
+job, also one of a task it does not serve. It also purges finished jobs older
 than their queue's retention, or the master's ``retention`` for queues without one (0: keep
 those), in small batches so no lock is held for long.
 
@@ -18,8 +21,9 @@ two leaders' passes at once, do no harm.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import psycopg
 
@@ -28,10 +32,27 @@ from jobrun import ops
 from jobrun.worker.leader import Elector, while_leading
 from jobrun.worker.lifecycle import PeriodicDbService
 from jobrun.logs import event
-from jobrun.policy import DEFAULT_RETRY, reap_interval
+from jobrun.policy import DEFAULT_RETRY, RetryPolicy, reap_interval, retry_policies
 from jobrun.sql import Queries
+from jobrun.validate import MAX_DELAY
 
 log = logging.getLogger("jobrun.reaper")
+
+
+def reap_params(limit: int, policies: Mapping[str, RetryPolicy],
+                default: RetryPolicy = DEFAULT_RETRY) -> dict[str, Any]:
+    """reap_expired's parameters: the tasks' retry ladders as parallel arrays, and the default
+    for every other task. The statement draws the delay under retry_ceiling (migration 0014),
+    which computes RetryPolicy.ceiling in logarithms: a ladder with a value that is not finite
+    or a factor that is not positive is not sent (its task's jobs take the default), and no
+    cap goes beyond the longest delay there is (validate.MAX_DELAY: an interval out of range
+    would fail the whole statement)."""
+    usable = {task: p for task, p in policies.items()
+              if all(math.isfinite(v) for v in (p.base, p.factor, p.cap)) and p.factor > 0}
+    return {"limit": limit, "base": default.base, "factor": default.factor, "cap": default.cap,
+            "tasks": list(usable), "bases": [p.base for p in usable.values()],
+            "factors": [p.factor for p in usable.values()],
+            "caps": [min(p.cap, MAX_DELAY) for p in usable.values()]}
 
 
 class Reaper(PeriodicDbService):
@@ -42,9 +63,14 @@ class Reaper(PeriodicDbService):
                  purge_interval: float = 60.0, batch: int = 500,
                  on_reaped: Callable[[int], None] | None = None,
                  on_db_error: Callable[[], None] | None = None,
-                 leader: Elector | None = None) -> None:
+                 leader: Elector | None = None,
+                 tasks: Callable[[], Mapping[str, Mapping[str, Any]]] = dict) -> None:
+        """``leader``: the master's elector (None: reap always, as in a test or a single
+        process); ``tasks``: the settings of the tasks the master knows (dispatcher.tasks),
+        read at each reap for their retry ladders."""
         super().__init__(dsn, on_db_error)
-        self.leader = leader  # None: run always (a test, a single process)
+        self.leader = leader
+        self.tasks = tasks
         self.q = queries
         self.interval = interval
         self.retention = retention
@@ -82,9 +108,9 @@ class Reaper(PeriodicDbService):
     async def reap(self, conn: psycopg.AsyncConnection) -> int:
         await self.end_stale_sessions(conn)
         total = 0
+        params = reap_params(self.batch, retry_policies(self.tasks()))
         while True:
-            cur = await conn.execute(self.q.reap_expired, {
-                "limit": self.batch, "base": DEFAULT_RETRY.base, "cap": DEFAULT_RETRY.cap})
+            cur = await conn.execute(self.q.reap_expired, params)
             ids = [row["job_id"] for row in await cur.fetchall()]
             total += len(ids)
             if ids:

@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 
 from jobrun.testing import wait_for
 from jobrun.worker.claimer import claim_params
+from jobrun.worker.reaper import reap_params
 from tests.invariants import nothing_lost
 from tests.masterproc import MasterProcess, title
 
@@ -306,9 +307,9 @@ def test_reaper_requeues_expired_and_kills_spent(client, conn, schema):
     wait_for(lambda: conn.execute(sql.SQL("SELECT bool_and(lease_expires_at < now()) AS x FROM {}")
                                   .format(sql.Identifier(schema, "jobs"))).fetchone()["x"],
              timeout=5, message="leases to expire")
-    reaped = conn.execute(q.reap_expired, {"limit": 10, "base": 1.0, "cap": 300.0}).fetchall()
+    reaped = conn.execute(q.reap_expired, reap_params(10, {})).fetchall()
     assert {r["job_id"] for r in reaped} == {retry_id, spent_id}
     assert job(conn, schema, retry_id)["status"] == "queued"
     assert job(conn, schema, spent_id)["status"] == "dead"
     assert [a["outcome"] for a in attempts(conn, schema, spent_id)] == ["lease_expired"]
-    assert conn.execute(q.reap_expired, {"limit": 10, "base": 1.0, "cap": 300.0}).fetchall() == []
+    assert conn.execute(q.reap_expired, reap_params(10, {})).fetchall() == []

@@ -13,7 +13,9 @@ from psycopg.rows import dict_row
 
 from jobrun.errors import InvalidInput
 from jobrun.sql import for_schema
+from jobrun.policy import RetryPolicy
 from jobrun.worker.claimer import claim_params
+from jobrun.worker.reaper import reap_params
 
 pytestmark = pytest.mark.db
 
@@ -89,7 +91,8 @@ def test_the_reaper_releases_counted_leases(conn, client, schema):
     conn.execute(sql.SQL("UPDATE {} SET lease_expires_at = now() - interval '1 second'"
                          " WHERE status = 'leased'").format(sql.Identifier(schema, "jobs")))
     q = for_schema(schema)
-    assert len(conn.execute(q.reap_expired, {"limit": 10, "base": 0.0, "cap": 0.0}).fetchall()) == 2
+    now = RetryPolicy(0.0, 2.0, 0.0)  # requeued to run at once
+    assert len(conn.execute(q.reap_expired, reap_params(10, {}, now)).fetchall()) == 2
     assert len(claim(conn, schema, ["default"], 5, owner="b")[0]) == 2
 
 

@@ -11,7 +11,9 @@ import pytest
 
 import jobrun
 from jobrun.errors import Refused, StaleVersion
+from jobrun.policy import RetryPolicy
 from jobrun.worker.claimer import claim_params
+from jobrun.worker.reaper import reap_params
 
 OWNER = "test-host:1:abc"
 
@@ -58,7 +60,7 @@ def test_every_change_of_a_job_bumps_its_version(client):
     [row] = claim(client)
     execute(client, "UPDATE {}.jobs SET lease_expires_at = now() - interval '1 s' WHERE id = %s"
             .replace("{}", f'"{client.settings.schema}"'), [job.id])
-    execute(client, q.reap_expired, {"limit": 10, "cap": 1.0, "base": 0.0})
+    execute(client, q.reap_expired, reap_params(10, {}, RetryPolicy(0.0, 2.0, 1.0)))
     assert version(client, job.id) == 8  # the claim and the reaper (not the test's update)
     [row] = claim(client)
     execute(client, q.complete_transactional, {

@@ -18,8 +18,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from jobrun.sql import for_schema
 from jobrun.worker.claimer import claim_params
 from jobrun.worker.heartbeat import Heartbeater
+from tests.db.nested_plans import plan_of, report_plans
 
-BY_ID = ["complete_jobs", "heartbeat", "unclaim", "complete_transactional", "record_handler_session"]
+BY_ID = ["heartbeat", "unclaim", "record_handler_session"]
 
 
 def positional(text: str) -> tuple[str, int]:
@@ -47,6 +48,39 @@ def test_updates_by_id_use_the_primary_key_under_a_generic_plan(pg_dsn, client, 
         conn.execute("SET plan_cache_mode = force_generic_plan")
         rows = conn.execute(f"EXPLAIN EXECUTE s({', '.join(['NULL'] * count)})").fetchall()
     plan = "\n".join(row[0] for row in rows)
+    assert "jobs_pkey" in plan and "jobs_leased" not in plan, plan
+
+
+def _finish_params(rows: list[dict], name: str) -> dict:
+    if name == "complete_transactional":
+        [row] = rows[:1]
+        return {"id": row["id"], "token": row["lease_token"], "owner": "o", "host": "h",
+                "pid": 1, "child": 0, "result": "null", "log": None}
+    batch = rows[:200]
+    n = len(batch)
+    return {"ids": [r["id"] for r in batch], "tokens": [r["lease_token"] for r in batch],
+            "statuses": ["succeeded"] * n, "outcomes": ["succeeded"] * n, "delays": [0.0] * n,
+            "errors": [None] * n, "tracebacks": [None] * n, "results": ["null"] * n,
+            "children": [0] * n, "crashed": [0] * n, "logs": [None] * n, "refunds": [0] * n,
+            "owner": "o", "host": "h", "pid": 1}
+
+
+@pytest.mark.parametrize("name", ["complete_jobs", "complete_transactional"])
+def test_finish_jobs_uses_the_primary_key_under_a_generic_plan(pg_dsn, client, schema, name):
+    """The completions update through finish_jobs (migration 0014): its statement's plan, cached
+    by PL/pgSQL for the session, is the one to check (an EXPLAIN shows only the call)."""
+    client.enqueue_many([("t", i) for i in range(3000)])
+    q = for_schema(schema)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "jobs")))  # none leased
+        claimed = conn.execute(q.claim_jobs, claim_params(["default"], 2000, "o", 30)).fetchall()
+        assert len(claimed) == 2000
+        rows = [{"id": r[0], "lease_token": r[1]} for r in claimed]
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        plans = report_plans(conn)
+        done = conn.execute(getattr(q, name), _finish_params(rows, name)).fetchall()
+    assert len(done) == (1 if name == "complete_transactional" else 200)
+    plan = plan_of(plans, "WITH r AS")
     assert "jobs_pkey" in plan and "jobs_leased" not in plan, plan
 
 

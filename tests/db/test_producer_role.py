@@ -12,6 +12,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from jobrun.sql import for_schema
+from jobrun.worker.reaper import reap_params
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_leased_row_with_no_expiry_is_recovered(admin_conn, schema):
     job_id = admin_conn.execute(_q(schema, "INSERT INTO {s}.jobs (queue, task, status, attempts,"
                                            " lease_owner, lease_token) VALUES ('default', 't',"
                                            " 'leased', 1, 'forged', 1) RETURNING id")).fetchone()["id"]
-    reaped = admin_conn.execute(q.reap_expired, {"limit": 10, "base": 1.0, "cap": 300.0}).fetchall()
+    reaped = admin_conn.execute(q.reap_expired, reap_params(10, {})).fetchall()
     assert [r["job_id"] for r in reaped] == [job_id]
     row = admin_conn.execute(_q(schema, "SELECT status, lease_owner FROM {s}.jobs WHERE id = %s"), [job_id]).fetchone()
     assert row == {"status": "queued", "lease_owner": None}
