@@ -36,6 +36,15 @@ if settings.get_current_profile_name() == "default":  # nobody chose: hypothesis
 _KINDS = ("unit", "db", "acceptance")
 
 
+def pytest_ignore_collect(collection_path, config):
+    """With ``-m unit`` alone, tests/db and tests/acceptance are not even imported: the folder
+    decides the marker, so none of their tests could be selected (their imports cost ~1.5 s)."""
+    if (config.option.markexpr.strip() == "unit" and collection_path.parent == _HERE
+            and collection_path.name in ("db", "acceptance")):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     """The folder decides a test's marker (tests/unit, tests/db, tests/acceptance); a test in
     tests/unit that asks for the database is marked ``db`` instead, so ``-m unit`` never
