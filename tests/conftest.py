@@ -101,6 +101,21 @@ def schema(pg_dsn):
 
 
 @pytest.fixture
+def scratch_schemas(pg_dsn):
+    """``scratch_schemas("prefix")``: a new schema name (nothing created) for the test to
+    migrate as it likes; every one is dropped afterwards."""
+    made: list[str] = []
+
+    def make(prefix: str = "m") -> str:
+        made.append(f"{prefix}_{uuid.uuid4().hex[:12]}")
+        return made[-1]
+
+    yield make
+    for name in made:
+        _drop_schema(pg_dsn, name)
+
+
+@pytest.fixture
 def client(pg_dsn, schema):
     with jobrun.Client(pg_dsn, schema=schema) as c:
         yield c
