@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -34,3 +36,27 @@ def test_this_run_loaded_ci_on_ci_and_dev_elsewhere(request):
     if request.config.getoption("--hypothesis-profile"):
         pytest.skip("a profile was chosen on the command line")
     assert settings.get_current_profile_name() == ("ci" if "CI" in os.environ else "dev")
+
+
+def _literal_counts(path: Path) -> list[str]:
+    """``settings(..., max_examples=<a number>)`` calls in one file."""
+    text = path.read_text()
+    if "max_examples" not in text:
+        return []
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                "settings", "register_profile"):
+            found += [f"{path.name}:{node.lineno}" for k in node.keywords
+                      if k.arg == "max_examples" and isinstance(k.value, ast.Constant)]
+    return found
+
+
+def test_every_count_a_test_sets_goes_through_examples(tmp_path):
+    """A literal ``max_examples=300`` would run 300 in every profile: local runs could not
+    shrink it. Only tests/profiles.py's ``examples(n)`` keeps CI's count and scales the rest."""
+    tests = Path(__file__).resolve().parents[1]
+    assert [hit for path in sorted(tests.rglob("test_*.py")) for hit in _literal_counts(path)] == []
+    bare = tmp_path / "test_bare.py"
+    bare.write_text("@settings(max_examples=300, deadline=None)\ndef test_x(): pass\n")
+    assert _literal_counts(bare) == ["test_bare.py:1"]  # the check can fail
