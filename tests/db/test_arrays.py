@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from jobrun.store.arrays import Float8s, Int4s, Int8s, Texts
 
+from tests.profiles import examples
+
 
 @pytest.fixture(scope="module")
 def conn(pg_dsn):
@@ -26,7 +28,7 @@ int4 = st.integers(-2**31, 2**31 - 1)
 float8 = st.floats(allow_nan=False)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(ints=st.lists(int8, max_size=20), small=st.lists(st.one_of(st.none(), int4), max_size=20),
        floats=st.lists(float8, max_size=20), words=st.lists(st.one_of(st.none(), texts), max_size=20))
 def test_each_array_reads_back_as_sent(conn, ints, small, floats, words):

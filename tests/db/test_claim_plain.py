@@ -16,6 +16,8 @@ from psycopg.rows import dict_row
 from jobrun.sql import for_schema
 from jobrun.worker.claimer import claim_params, plain_claim_params
 
+from tests.profiles import examples
+
 pytestmark = pytest.mark.db
 
 OWNER = "plain-test-owner"
@@ -154,7 +156,7 @@ def cases(draw):
     return jobs, limit, queue_limit, key_concurrency
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
 def test_claim_plain_leases_what_claim_jobs_leases_or_says_it_does_not_apply(conn, schema, case):
     jobs, limit, queue_limit, key_concurrency = case

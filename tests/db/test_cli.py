@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -19,45 +17,7 @@ from psycopg import sql
 
 from jobrun.sql import migrations
 
-
-
-def run(env, *args, input=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "jobrun.admin.cli", *args], env=env, cwd=cwd,
-                          input=input, capture_output=True, text=True, timeout=120)
-
-
-def ok(result):
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def ok_json(result):
-    return json.loads(ok(result))
-
-
-def fails(result, code=1):
-    """The call failed with `code` and said so in one line on stderr, without a traceback."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    if code == 1:
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("jobrun: error: "), result.stderr
-        return lines[0]
-    return result.stderr
-
-
-@pytest.fixture
-def env(db_env, tmp_path):
-    # Run from an empty directory so no ./jobrun.toml is picked up.
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    return {**db_env, "PWD": str(cwd)}, cwd
-
-
-@pytest.fixture
-def cli(env):
-    environ, cwd = env
-    return lambda *args, **kw: run(kw.pop("env", environ), *args, cwd=cwd, **kw)
+from tests.cliproc import fails, ok, ok_json, run
 
 
 @pytest.fixture
@@ -67,13 +27,6 @@ def count(admin_conn, schema):
             sql.Identifier(schema))
         return admin_conn.execute(query).fetchone()[0]
     return count_jobs
-
-
-@pytest.fixture
-def execute(admin_conn, schema):
-    def run_sql(text: str, params=()):
-        return admin_conn.execute(sql.SQL(text).format(s=sql.Identifier(schema)), params)
-    return run_sql
 
 
 # --- enqueue and get ----------------------------------------------------------------------

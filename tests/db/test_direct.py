@@ -18,6 +18,8 @@ from jobrun.testing import wait_for_async
 from jobrun.store.arrays import Int8s, Texts
 from jobrun.store.direct import Statement
 
+from tests.profiles import examples
+
 MIXED = ("SELECT $1::bigint AS n, $2::text AS t, $3::float8 AS f, $4::bigint[] AS ns,"
          " $5::text[] AS ts, $6::jsonb AS j, now() - now() AS zero, NULL::text AS nothing")
 
@@ -51,7 +53,7 @@ def shared(pg_dsn):
     loop.close()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(vals=values)
 def test_rows_are_those_psycopgs_cursor_gives(shared, vals):
     loop, conn, statement = shared

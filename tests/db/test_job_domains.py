@@ -9,7 +9,6 @@ import pytest
 from psycopg import sql
 
 from jobrun.store import migrate
-from tests.db.test_migrations import scratch_schemas  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.db
 

@@ -125,21 +125,6 @@ def new_schema_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture
-def scratch_schemas(pg_dsn):
-    """Names for schemas this test creates; all dropped afterwards."""
-    made: list[str] = []
-
-    def make(prefix: str = "m") -> str:
-        made.append(new_schema_name(prefix))
-        return made[-1]
-
-    yield make
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for name in made:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
 def test_migrations_are_numbered_and_described():
     found = migrations()
     assert [m.version for m in found] == list(range(1, LATEST + 1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.db.test_cli import cli, env, execute, fails, ok, ok_json  # noqa: F401 - fixtures
+from tests.cliproc import fails, ok, ok_json
 
 
 def stored(execute, name):

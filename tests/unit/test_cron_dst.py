@@ -8,6 +8,8 @@ from hypothesis import given, settings, strategies as st
 from jobrun.errors import InvalidInput
 from jobrun.policy import cron
 
+from tests.profiles import examples
+
 UTC = timezone.utc
 
 
@@ -155,7 +157,7 @@ instants = st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2028,
                         timezones=st.just(UTC))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(expr=st.sampled_from(EXPRS), tz=st.sampled_from(ZONES), after=instants)
 def test_fire_times_strictly_increase_and_match_the_expression(expr, tz, after):
     c, z = cron.parse(expr), cron.zone(tz)
@@ -174,7 +176,7 @@ def test_fire_times_strictly_increase_and_match_the_expression(expr, tz, after):
         assert len(set(walls)) == len(walls)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(expr=st.sampled_from(EXPRS), tz=st.sampled_from(ZONES), after=instants,
        gap=st.integers(min_value=0, max_value=6 * 3600), policy=st.sampled_from(cron.CATCH_UP))
 def test_due_fires_a_subset_of_the_slots_and_moves_past_now(expr, tz, after, gap, policy):

@@ -12,6 +12,8 @@ from jobrun.worker.heartbeat import Heartbeater, Lease
 from jobrun.policy import lease_deadline
 from jobrun.sql import for_schema
 
+from tests.profiles import examples
+
 
 class FakeChild:
     def __init__(self) -> None:
@@ -28,7 +30,7 @@ def make(ttl: float, leases: list[Lease], fences: list) -> Heartbeater:
                        on_fence=lambda lease, reason: fences.append((lease.id, reason)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ttl=st.floats(0.3, 120), since=st.floats(0, 1e6),
        steps=st.lists(st.floats(0.001, 30), min_size=1, max_size=60))
 def test_fence_at_deadline_then_kill_after_grace(ttl, since, steps):
@@ -53,7 +55,7 @@ def test_fence_at_deadline_then_kill_after_grace(ttl, since, steps):
     assert hb.fenced_total == (1 if fenced_at is not None else 0)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(ttl=st.floats(0.3, 60), gap=st.floats(0.001, 10))
 def test_a_lease_that_ends_before_the_kill_is_not_killed(ttl, gap):
     child = FakeChild()

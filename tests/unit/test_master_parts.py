@@ -18,6 +18,8 @@ from jobrun.worker.forkserver import ForkServers
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.master import Master
 
+from tests.profiles import examples
+
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-2**53, 2**53), st.text(max_size=20),
               st.floats(allow_nan=False, allow_infinity=False)),
@@ -27,7 +29,7 @@ json_values = st.recursive(
 frames = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(objs=st.lists(frames, max_size=5), cut=st.integers(1, 64))
 def test_frames_round_trip_through_any_chunking(objs, cut):
     wire = b"".join(protocol.encode(o) for o in objs)
@@ -38,7 +40,7 @@ def test_frames_round_trip_through_any_chunking(objs, cut):
     assert got == objs
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(header=st.dictionaries(st.sampled_from(["id", "task", "queue", "key"]), json_values),
        payload=json_values)
 def test_job_frames_splice_the_payload_text(header, payload):
@@ -52,7 +54,7 @@ bigints = st.integers(-2**63, 2**63 - 1)
 names = st.text(max_size=12)  # any text: quotes, control characters, surrogates aside
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(ids=st.tuples(bigints, bigints), owner=names, task=names, queue=names,
        counts=st.tuples(st.integers(0, 2**31), st.integers(0, 2**31), st.integers(-2**15, 2**15)),
        created_at=st.one_of(st.sampled_from([float("inf"), float("-inf"), -0.0, 1e300, 5e-324]),

@@ -96,6 +96,7 @@ def test_huge_header_gets_431(server, caplog):
 
 
 def test_idle_connection_is_closed(server):
+    server.request_timeout = 0.2  # read when the connection is accepted
     sock = connect(server)
     started = time.monotonic()
     assert sock.recv(100) == b""  # closed by the server, not by our 10 s socket timeout
@@ -104,6 +105,7 @@ def test_idle_connection_is_closed(server):
 
 
 def test_trickling_client_is_cut_off(server):
+    server.request_timeout = 0.2  # the whole head, however steadily its lines come
     sock = connect(server)
     sock.sendall(b"GET /metrics HTTP/1.1\r\n")
     started = time.monotonic()

@@ -13,6 +13,8 @@ from jobrun.policy import (
     WORKER_LOST, Fate, RetryPolicy, decide, lease_deadline, run_time_average, should_recycle,
 )
 
+from tests.profiles import examples
+
 STATUSES = {"succeeded", "queued", "dead", "cancelled"}
 OUTCOMES = [SUCCEEDED, FAILED, RETRY, TIMEOUT, WORKER_LOST, LEASE_EXPIRED, CANCELLED, RELEASED]
 FAILING = [FAILED, RETRY, TIMEOUT, WORKER_LOST, LEASE_EXPIRED]
@@ -62,7 +64,7 @@ def test_delay_within_zero_and_ceiling(policy, attempt, seed):
     assert 0.0 <= policy.delay(attempt, random.Random(seed)) <= policy.ceiling(attempt)
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(attempt=st.integers(1, 12))
 def test_delay_is_jittered_over_the_whole_range(attempt):
     rng = random.Random(attempt)

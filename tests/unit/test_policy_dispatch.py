@@ -8,6 +8,8 @@ from hypothesis import given, settings, strategies as st
 from jobrun.errors import InvalidInput
 from jobrun.policy import dispatch
 
+from tests.profiles import examples
+
 pytestmark = pytest.mark.unit
 
 jobs = st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 5)), max_size=8)
@@ -102,7 +104,7 @@ def test_rooms(limits, held):
             assert room is None
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(st.lists(st.tuples(st.floats(0, 20, allow_nan=False), st.integers(1, 6)), max_size=40),
        st.floats(0.05, 5, allow_nan=False), st.integers(1, 10))
 def test_rate_window_holds_for_every_window(claims, period, limit):

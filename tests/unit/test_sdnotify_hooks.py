@@ -29,11 +29,16 @@ def _hooks(children, loop_ok, thread):
 
 
 def _nothing_more(server: socket.socket) -> bool:
-    server.settimeout(0.2)
+    """No datagram waits. Notify.send is a sendto on a Unix datagram socket: what was sent is
+    in the server's queue when the call returns, so there is nothing to wait for."""
+    timeout = server.gettimeout()
+    server.setblocking(False)
     try:
         server.recv(100)
-    except TimeoutError:
+    except BlockingIOError:
         return True
+    finally:
+        server.settimeout(timeout)
     return False
 
 

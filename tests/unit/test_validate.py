@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from jobrun import validate
 from jobrun.errors import InvalidInput
 
+from tests.profiles import examples
+
 LETTERS = string.ascii_letters
 DIGITS = string.digits
 LOWER = string.ascii_lowercase
@@ -139,7 +141,7 @@ def test_python_name_rules_agree_with_the_check_constraints(pg_dsn, schema):
                 return False
             return True
 
-        @settings(max_examples=150, deadline=None)
+        @settings(max_examples=examples(150), deadline=None)
         @given(st.one_of(st.text(max_size=210).filter(lambda s: "\x00" not in s),
                          names(LETTERS + "_", LETTERS + DIGITS + "_.:-", 200),
                          names(LETTERS + DIGITS, LETTERS + DIGITS + "_.-", 63)))
@@ -352,7 +354,7 @@ def test_payload_size_is_measured_as_postgresql_renders_it(pg_dsn):
                         inner, max_size=6)), max_leaves=30)
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        @settings(max_examples=200, deadline=None)
+        @settings(max_examples=examples(200), deadline=None)
         @given(values)
         @example({"to": "a@b.c", "tags": [1, 2, 3]})
         @example([1] * 50)

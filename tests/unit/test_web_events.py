@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 pytest.importorskip("starlette")
 
 from jobrun.errors import DatabaseUnavailable
-from jobrun.web.events import MAX_INTERVAL, MIN_INTERVAL, Summaries
+from jobrun.web.events import IDLE_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, Summaries
 from jobrun.web.summary import percentiles
 
 
@@ -26,6 +26,35 @@ async def _next(stream) -> tuple[str, dict]:
     text = await asyncio.wait_for(anext(stream), 5)
     kind, data = text.strip().split("\n")
     return kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))
+
+
+class Pacer:
+    """The poller's sleep, driven by the test: each pause is recorded and lasts until the test
+    lets the poller go on, so a test steps through reads instead of waiting out the intervals."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []  # one after each read
+        self._changed = asyncio.Condition()
+        self._go = asyncio.Semaphore(0)
+        self._let_go = 0  # pauses ended by the test: the poller reads once more than this
+
+    async def sleep(self, seconds: float) -> None:
+        async with self._changed:
+            self.pauses.append(seconds)
+            self._changed.notify_all()
+        await self._go.acquire()
+
+    async def paused(self, reads: int) -> None:
+        """Return once the poller paused after its ``reads``-th read."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: len(self.pauses) >= reads), 5)
+
+    async def step(self, reads: int = 1) -> None:
+        """Let the poller make ``reads`` more reads, and return once it paused after the last."""
+        self._let_go += reads
+        for _ in range(reads):
+            self._go.release()
+        await self.paused(self._let_go + 1)
 
 
 def test_the_interval_is_never_below_the_floor():
@@ -41,15 +70,20 @@ def test_streams_share_one_reader_and_skip_frames_that_only_moved_the_clock():
             reads.append(1)
             return _frame(next(depths), at=f"t{len(reads)}")
 
-        s = Summaries(fetch, interval=MIN_INTERVAL)
+        pacer = Pacer()
+        s = Summaries(fetch, interval=MIN_INTERVAL, cost_factor=0, sleep=pacer.sleep)
         a, b = s.stream(), s.stream()
         kind, data = await _next(a)
         assert kind == "snapshot" and data["queues"][0]["queued"] == 1
+        await pacer.paused(1)
         kind_b, data_b = await _next(b)
         assert kind_b == "snapshot" and data_b["seq"] == data["seq"]
+        await pacer.step(3)
         kind, data = await _next(a)  # frames 2 and 3 differed only in `at`: not sent
         assert kind == "summary" and data["queues"][0]["queued"] == 2 and data["seq"] == 2
-        assert len(reads) == s.frames >= 4
+        assert len(reads) == s.frames == 4
+        # Busy after a change, idle after a frame that only moved the clock.
+        assert pacer.pauses == [MIN_INTERVAL, IDLE_INTERVAL, IDLE_INTERVAL, MIN_INTERVAL]
         await a.aclose()
         await b.aclose()
         await s.close()
@@ -59,13 +93,14 @@ def test_streams_share_one_reader_and_skip_frames_that_only_moved_the_clock():
 def test_a_slow_reader_gets_only_the_newest_frame():
     async def main():
         n = iter(range(1, 10_000))
-        s = Summaries(lambda: _frame(next(n)), interval=MIN_INTERVAL)
+        pacer = Pacer()
+        s = Summaries(lambda: _frame(next(n)), interval=MIN_INTERVAL, sleep=pacer.sleep)
         stream = s.stream()
         _, first = await _next(stream)
-        while s.frames < first["seq"] + 3:  # the reader lags three frames behind
-            await asyncio.sleep(MIN_INTERVAL / 5)
+        await pacer.step(3)  # the reader lags three frames behind
+        assert s.frames == first["seq"] + 3
         _, data = await _next(stream)
-        assert data["seq"] >= first["seq"] + 3  # skipped to the newest, nothing queued up
+        assert data["seq"] == first["seq"] + 3  # skipped to the newest, nothing queued up
         await stream.aclose()
         await s.close()
     asyncio.run(main())
@@ -81,10 +116,12 @@ def test_a_database_error_is_an_error_event_and_frames_resume_after_it():
                 raise r
             return r
 
-        s = Summaries(fetch, interval=MIN_INTERVAL)
+        pacer = Pacer()
+        s = Summaries(fetch, interval=MIN_INTERVAL, sleep=pacer.sleep)
         stream = s.stream()
         kind, data = await _next(stream)
         assert kind == "error" and "cannot reach PostgreSQL" in data["error"]
+        await pacer.step()
         kind, data = await _next(stream)
         assert kind == "summary" and data["queues"][0]["queued"] == 3
         await stream.aclose()

@@ -10,8 +10,6 @@ import pytest
 
 from jobrun.policy import cron
 
-pytestmark = pytest.mark.unit
-
 
 def python_says(code: str) -> str:
     """What a fresh interpreter running ``code`` prints."""

@@ -4,7 +4,14 @@ every claim on an idle master)."""
 
 from __future__ import annotations
 
-from tests.unit.test_successors import S, run_with_master, until
+from jobrun.testing import wait_for_async
+from jobrun.worker.supervisor import ChildState as S
+
+from tests.wiredmaster import run_with_master
+
+
+async def until(predicate, timeout: float = 30.0):
+    return await wait_for_async(predicate, timeout)
 
 
 def test_ready_while_a_claim_runs_for_the_idle_child():

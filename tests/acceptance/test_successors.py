@@ -5,34 +5,20 @@ as the hand-out does)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import time
 
 from jobrun import protocol
-from jobrun.config import Settings
 from jobrun.worker.master import Master
 from jobrun.testing import wait_for_async
 from jobrun.worker.child import ChildState, Inflight
+
+from tests.wiredmaster import run_with_master
 
 S = ChildState
 
 
 async def until(predicate, timeout: float = 30.0):
     return await wait_for_async(predicate, timeout)
-
-
-def forking_master(**settings) -> Master:
-    """A master wired with a fork server, its children started by hand; no connection."""
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(),
-                                                             os.environ.get("PYTHONPATH")]))
-    master = Master(Settings(app="tests.apps.taskapp", metrics_addr="off", spawn="fork",
-                             **settings), "postgresql://unused")
-    master.loop = asyncio.get_running_loop()
-    master.done = asyncio.Event()
-    master.fast = asyncio.Event()
-    master._wire()
-    return master
 
 
 def job(job_id: int, task: str, payload: str) -> tuple[Inflight, bytes]:
@@ -45,13 +31,6 @@ def job(job_id: int, task: str, payload: str) -> tuple[Inflight, bytes]:
     return inflight, frame
 
 
-async def booted(**settings) -> Master:
-    m = forking_master(**settings)
-    m.forkservers.start()
-    assert await asyncio.wait_for(m.forkservers.booted(), 30) is None
-    return m
-
-
 async def running_its_last_job(m: Master, job_id: int, seconds: str):
     """The one child, handed (as the claimer does) a sleep job: its last, at max_tasks 1."""
     d = m.dispatcher
@@ -62,25 +41,6 @@ async def running_its_last_job(m: Master, job_id: int, seconds: str):
     d.start_job(child, inflight)
     assert child.send(frame)
     return child, inflight
-
-
-def run_with_master(body, **settings) -> None:
-    """Run ``await body(master)`` with a booted master, then stop its children and server."""
-    async def scenario():
-        m = await booted(**settings)
-        try:
-            await body(m)
-        finally:
-            await stop(m)
-    asyncio.run(scenario())
-
-
-async def stop(m: Master) -> None:
-    m.dispatcher.closing = True
-    for child in m.supervisor.alive():
-        m.supervisor.kill(child, "stopping")
-    await until(lambda: not m.supervisor.alive())
-    await m.forkservers.stop()
 
 
 def test_a_job_parked_for_a_starting_child_starts_the_moment_it_is_ready():
