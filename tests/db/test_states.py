@@ -22,6 +22,7 @@ from jobrun.sql import for_schema
 from jobrun.states import Status
 from jobrun.worker.reaper import Reaper
 from tests.dbview import lease
+from tests.profiles import examples
 
 _QUOTED = re.compile(r"'((?:[^']|'')*)'")
 
@@ -211,7 +212,7 @@ def test_retry_ceiling_in_sql_is_the_policy_s_ceiling(admin_conn, schema):
 ladders = st.builds(RetryPolicy, st.floats(0, 1e6), st.floats(1e-6, 1e6), st.floats(0, 1e9))
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cases=st.lists(st.tuples(ladders, st.integers(1, 1000)), min_size=1, max_size=50))
 def test_retry_ceiling_in_sql_is_the_policy_s_ceiling_for_any_ladder_sent(admin_conn, schema,

@@ -15,6 +15,7 @@ from jobrun.worker.child import ChildState
 from jobrun.worker.children import MOVES, Children, IllegalMove
 from jobrun.worker.forkserver import ForkedProcess
 from jobrun.worker.child import Child, Inflight
+from tests.profiles import examples
 
 S = ChildState
 ALIVE = [s for s in S if s is not S.EXITED]
@@ -170,7 +171,7 @@ steps = st.lists(st.one_of(st.just(("spawn", 0)),
                  max_size=60)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(steps=steps)
 def test_random_moves_keep_the_table_and_the_views_add_up(steps):
     """Any sequence of moves, legal or not: each child's state is the one the table gives (a

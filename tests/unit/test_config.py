@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from jobrun import config
 from jobrun.errors import InvalidInput
 from jobrun.redact import redact
+from tests.profiles import examples
 
 
 @pytest.fixture(autouse=True)
@@ -232,7 +233,7 @@ keys = st.sampled_from(["concurrency", "prefetch", "log_format", "log_level", "s
                         "queue_order", "grace", "max_tasks_per_child", "pooled"])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(lines=st.dictionaries(keys, toml_values.map(str), max_size=3))
 def test_config_check_agrees_with_what_a_master_loads(tmp_path_factory, lines):
     """`jobrun config check` passes a file exactly when a master takes it, at start and at a

@@ -20,13 +20,14 @@ from jobrun.testing import wait_for_async
 from jobrun.worker.registry import Registry
 
 from tests.fakedb import FakeConnector
+from tests.profiles import examples
 
 failures = st.integers(min_value=0, max_value=10_000)
 jitter = st.floats(min_value=0.0, max_value=1.0)
 caps = st.floats(min_value=0.01, max_value=600.0)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(failures, jitter, caps)
 def test_backoff_stays_within_half_the_ceiling_and_the_cap(n, j, cap):
     wait = backoff(n, j, cap=cap)
@@ -35,7 +36,7 @@ def test_backoff_stays_within_half_the_ceiling_and_the_cap(n, j, cap):
     assert wait >= ceiling / 2
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(failures, jitter, caps)
 def test_backoff_grows_with_the_failures_until_the_cap(n, j, cap):
     assert backoff_ceiling(n + 1, cap=cap) >= backoff_ceiling(n, cap=cap)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from jobrun.sql import for_schema
 from jobrun.worker.leader import Elector, Lease
+from tests.profiles import examples
 
 TTLS = st.floats(min_value=0.3, max_value=120.0)
 # One move of the lease: a round trip sent after `gap` (in periods) that took `took` (in
@@ -21,7 +22,7 @@ MOVES = st.lists(st.one_of(
 ), max_size=30)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(TTLS, MOVES, st.lists(st.floats(0.0, 4.0), min_size=1, max_size=10))
 def test_the_lease_is_trusted_only_until_a_period_before_the_database_could_hand_it_on(
         ttl, moves, probes):
@@ -57,7 +58,7 @@ def test_the_lease_is_trusted_only_until_a_period_before_the_database_could_hand
                 assert expiry is not None and t + p <= expiry + 1e-9
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(TTLS, st.integers(2, 50), st.floats(0.0, 0.99))
 def test_renewals_in_time_keep_the_lease_without_a_gap(ttl, renewals, took):
     """A leader that renews every period, each taking less than a period, trusts its lease at

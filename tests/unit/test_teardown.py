@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from jobrun.worker import teardown
 from jobrun.worker.lifecycle import Entry, Parts
+from tests.profiles import examples
 
 
 class Recorder:
@@ -107,7 +108,7 @@ def test_each_stage_stops_its_parts_last_started_first(caplog):
     assert caplog.records[-1].jobrun_fields["succeeded"] == 3
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(plan=st.lists(st.tuples(st.sampled_from(Parts.PHASES), st.integers(1, 6)), max_size=12))
 def test_any_list_starts_in_order_and_stops_each_stage_in_reverse(plan):
     """Whatever the list: every part starts once, phase by phase in list order, takes new
