@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -98,7 +99,9 @@ class Completer(Service):
         self._draining = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._last_end = 0.0  # monotonic: when the last statement ended
+        # monotonic: when the last statement ended (none yet: the first one does not linger,
+        # however young the clock)
+        self._last_end = -math.inf
         self.batches = 0
         self.refused = 0
 

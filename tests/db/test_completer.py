@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import psycopg
 from psycopg import sql
@@ -130,6 +131,32 @@ def test_with_a_backlog_results_that_come_after_a_flush_wait_the_linger_too(
     assert [client.get(i).status for i in ids] == ["succeeded"] * 3
     assert [n for _, n in flushed] == [1, 2]
     assert flushed[1][0] - flushed[0][0] >= linger
+
+
+def test_the_first_batch_never_lingers_however_young_the_clock(pg_dsn, schema, client):
+    """The first statement follows no other: it does not wait a linger counted from the
+    monotonic clock's zero (on a machine booted less than a linger ago it did). The linger
+    here is longer than this host has been up, whatever its uptime."""
+    [job] = [client.enqueue("noop").job]
+    owner = "test:1:completer"
+    with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
+        [row] = lease(conn, schema, 1, owner)
+
+    async def scenario() -> None:
+        recorded: list[int] = []
+        completer = Completer(pg_dsn, for_schema(schema), owner, "host", 1,
+                              linger=lambda: time.monotonic() + 600.0,
+                              on_recorded=lambda done: recorded.extend(c.id for c in done))
+        completer.start()
+        completer.submit(Completion(id=job.id, token=row["lease_token"], status="succeeded",
+                                    outcome="succeeded", result="null"))
+        try:
+            await wait_for_async(lambda: recorded == [job.id], 20, message="the first flush")
+        finally:
+            await completer.stop()
+
+    asyncio.run(scenario())
+    assert client.get(job.id).status == "succeeded"
 
 
 def test_a_drain_cuts_a_linger_short(pg_dsn, schema, client):
