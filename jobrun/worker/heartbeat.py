@@ -134,7 +134,9 @@ class Heartbeater(Service):
             try:
                 self._beat_until_stopped()
             except BaseException as exc:  # noqa: BLE001 - reported as the service's crash
-                loop.call_soon_threadsafe(lambda: done.done() or done.set_exception(exc))
+                # Bound now: the name ``exc`` is gone once this block ends, before the loop
+                # runs the callback.
+                loop.call_soon_threadsafe(lambda exc=exc: done.done() or done.set_exception(exc))
             else:
                 loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
 

@@ -118,3 +118,29 @@ def test_a_failed_renewal_is_tried_again_before_the_deadline_not_a_period_later(
     wait = hb._next_wait()
     assert wait < hb.period
     assert now + wait < lease_deadline(0.0, 3.0, hb.period)  # a try that can still be in time
+
+
+def test_a_heartbeat_thread_that_fails_crashes_the_part():
+    """An exception in the heartbeat thread reaches the event loop as the part's crash (the
+    master then stops), instead of leaving the master running with no lease renewed."""
+    import asyncio
+
+    from jobrun.testing import wait_for_async
+
+    def broken() -> list[Lease]:
+        raise RuntimeError("a snapshot that fails")
+
+    async def scenario() -> list[BaseException]:
+        crashes: list[BaseException] = []
+        hb = Heartbeater(None, for_schema("jobrun"), "owner", 0.3, leases=broken,
+                         loop_alive=lambda period: True, on_fence=lambda lease, reason: None)
+        hb.on_crash = lambda part, exc: crashes.append(exc)
+        hb.start()
+        try:
+            await wait_for_async(lambda: crashes, 10, message="the part's crash")
+        finally:
+            await asyncio.wait_for(hb.stop(), 10)
+        return crashes
+
+    [crash] = asyncio.run(scenario())
+    assert isinstance(crash, RuntimeError) and "a snapshot that fails" in str(crash)
