@@ -24,8 +24,6 @@ pytestmark = pytest.mark.unit
 
 JOBRUN = Path(__file__).resolve().parents[2] / "jobrun"
 NOT_FOR_THE_WEB = ("jobrun.admin", "rich", "termios")
-# A known loop, removed with the worker's parts list (issue 34): drop this entry with it.
-KNOWN_CYCLES = [{"jobrun.worker.master", "jobrun.worker.teardown"}]
 
 
 def loaded_by(module: str, prefixes: tuple[str, ...]) -> list[str]:
@@ -130,7 +128,7 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 def test_jobrun_has_no_import_cycle() -> None:
     graph = module_graph(JOBRUN)
     assert len(graph) > 50 and "jobrun.observe" in graph["jobrun.web.reads"]
-    loops = [c for c in cycles(graph) if c not in KNOWN_CYCLES]
+    loops = cycles(graph)
     assert loops == [], "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in loops)
 
 
