@@ -13,9 +13,10 @@
 The last line (``master.stopped``) gives the counts: claimed, succeeded, failed, released.
 
 The master's parts are stopped by the stage each names in the master's list of parts
-(lifecycle.Parts): the claimer, the notifier and the scheduler in stage 1, the heartbeater in 4,
-the other services in 5, the watchdog and the fork servers in 6. The teardown sees the master
-only through ``Crew``: the parts, and the few that stages 1-4 ask more of than to stop.
+(lifecycle.Parts): the claimer, the notifier, the scheduler and the elector in stage 1, the
+heartbeater in 4, the other services in 5, the watchdog and the fork servers in 6. The teardown
+sees the master only through ``Crew``: the parts, and the few that stages 1-4 ask more of than
+to stop.
 """
 
 from __future__ import annotations
