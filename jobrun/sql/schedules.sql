@@ -79,10 +79,6 @@ ON CONFLICT (singleton) DO UPDATE
  WHERE l.owner = excluded.owner OR l.expires_at < now()
 RETURNING owner, term, expires_at, now() AS db_now
 
--- name: scheduler_statement_timeout
--- Bound every statement of the scheduler's session (milliseconds, as text).
-SELECT set_config('statement_timeout', %(ms)s, false)
-
 -- name: leader_release
 -- Give the lease up (on shutdown) so another master leads at once.
 DELETE FROM {schema}.scheduler_leader WHERE owner = %(owner)s

@@ -193,9 +193,13 @@ class Session:
         self.profile = profile
         self.conn: psycopg.AsyncConnection | None = None
 
-    async def get(self) -> psycopg.AsyncConnection:
-        self.conn = await self.connector.reconnect(self.conn, self.profile)
-        return self.conn
+    async def get(self, settings: dict[str, str] | None = None) -> psycopg.AsyncConnection:
+        """The connection; a new one if it broke, with ``settings`` (server settings added to
+        the profile's, chosen at each connect: a statement timeout that follows a lease)."""
+        if not db.usable(self.conn):
+            self.conn = await self.connector._open_async(
+                self.connector.options(self.profile, settings), {})
+        return self.conn  # type: ignore[return-value]
 
     async def close(self) -> None:
         conn, self.conn = self.conn, None

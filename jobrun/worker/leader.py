@@ -102,6 +102,12 @@ class Lease:
         return now >= self.renew_at
 
 
+def lease_bound(period: float) -> dict[str, str]:
+    """The server settings of a connection that acts on the lease: no statement outlives the
+    time the lease is trusted for."""
+    return {"statement_timeout": str(int(period * 1000))}
+
+
 class Elector(Service):
     name = "elector"
 
@@ -122,7 +128,7 @@ class Elector(Service):
         self.step_downs = 0               # counted: a waiter misses none, even if re-elected
         self._nudge = asyncio.Event()     # ask the database again now
         self._nudged = False              # this round answers a recheck(): tell the parts
-        self._conn: psycopg.AsyncConnection | None = None
+        self._session = self.db.session()
 
     @property
     def ttl(self) -> float:
@@ -231,15 +237,12 @@ class Elector(Service):
         try:
             while True:
                 try:
-                    if self._conn is None or self._conn.closed or self._conn.broken:
-                        self._conn = await self.db.connect()
-                        # A statement may not outlive the time we trust our lease for.
-                        await self._conn.execute(self.q.scheduler_statement_timeout,
-                                                 {"ms": str(int(self.period * 1000))})
+                    # A statement may not outlive the time we trust our lease for.
+                    conn = await self._session.get(lease_bound(self.period))
                     if self.lease.due(self.clock()):
                         self._nudged = self._nudge.is_set()
                         self._nudge.clear()
-                        await self.elect(self._conn)
+                        await self.elect(conn)
                     failures = 0
                 except (psycopg.Error, JobrunError, OSError) as exc:
                     failures += 1
@@ -249,7 +252,7 @@ class Elector(Service):
                         self.on_db_error()
                     event(log, logging.WARNING, "scheduler.failed", error=db.first_line(exc),
                           retry=failures)
-                    await self._close()
+                    await self._session.close()
                     await backoff_sleep(failures, cap=self.period)
                     continue
                 try:
@@ -259,23 +262,16 @@ class Elector(Service):
                     pass
         finally:
             await self._release()
-            await self._close()
-
-    async def _close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await conn.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection
-                pass
+            await self._session.close()
 
     async def _release(self) -> None:
         """Give the lease up on a clean stop, so another master leads at once."""
-        if not self.lease.leading or self._conn is None or self._conn.closed:
+        conn = self._session.conn
+        if not self.lease.leading or conn is None or conn.closed:
             return
         self.step_down("stopping")
         try:
-            await asyncio.wait_for(self._conn.execute(self.q.leader_release,
+            await asyncio.wait_for(conn.execute(self.q.leader_release,
                                                       {"owner": self.owner}), self.period)
         except Exception as exc:  # noqa: BLE001 - the lease then just expires
             event(log, logging.WARNING, "scheduler.release_failed", error=db.first_line(exc))

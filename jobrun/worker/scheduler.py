@@ -33,7 +33,7 @@ from jobrun.policy import cron
 from jobrun.sql import Queries
 from jobrun.store import db
 from jobrun.store.connector import Connector
-from jobrun.worker.leader import Elector
+from jobrun.worker.leader import Elector, lease_bound
 from jobrun.worker.lifecycle import Service, backoff_sleep
 from jobrun.worker.notifier import Notifier
 
@@ -66,7 +66,7 @@ class Scheduler(Service):
         self._mono_ref = 0.0
         self._synced = False
         self._wake = asyncio.Event()
-        self._conn: psycopg.AsyncConnection | None = None
+        self._session = self.db.session()
         self.notifier: Notifier | None = None
         if notifier is not None:
             notifier.also(queries.listen_schedules, queries.schedules_channel, self.wake)
@@ -90,11 +90,8 @@ class Scheduler(Service):
         try:
             while True:
                 try:
-                    if self._conn is None or self._conn.closed or self._conn.broken:
-                        self._conn = await self.db.connect()
-                        # A statement may not outlive the time we trust our lease for.
-                        await self._conn.execute(self.q.scheduler_statement_timeout,
-                                                 {"ms": str(int(self.leader.period * 1000))})
+                    # A statement may not outlive the time we trust our lease for.
+                    await self._session.get(lease_bound(self.leader.period))
                     self._wake.clear()
                     wait = await self.step()
                     failures = 0
@@ -105,7 +102,7 @@ class Scheduler(Service):
                         self.on_db_error()
                     event(log, logging.WARNING, "scheduler.failed", error=db.first_line(exc),
                           retry=failures)
-                    await self._close()
+                    await self._session.close()
                     await backoff_sleep(failures, cap=self.leader.period)
                     continue
                 try:
@@ -115,15 +112,12 @@ class Scheduler(Service):
         finally:
             if self.notifier is not None:
                 await self.notifier.stop()
-            await self._close()
+            await self._session.close()
 
-    async def _close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await conn.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection
-                pass
+    @property
+    def _conn(self) -> psycopg.AsyncConnection | None:
+        """The scheduler's connection, while it has one."""
+        return self._session.conn
 
     # --- one pass -------------------------------------------------------------------------
 

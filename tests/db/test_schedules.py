@@ -193,14 +193,13 @@ def one_pass(pg_dsn, schema, owner="m1", ttl=30.0, metrics=None):
     async def go():
         leader = Elector(pg_dsn, for_schema(schema), owner, ttl=ttl, metrics=metrics)
         s = Scheduler(pg_dsn, for_schema(schema), leader, metrics=metrics)
-        from jobrun.store import db
-        s._conn = await db.connect_async(pg_dsn)
+        conn = await s._session.get()
         try:
-            await leader.elect(s._conn)
+            await leader.elect(conn)
             await s.step()
             return leader.leading
         finally:
-            await s._close()
+            await s._session.close()
 
     return asyncio.run(go())
 
