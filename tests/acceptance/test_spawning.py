@@ -210,7 +210,7 @@ def test_a_bad_spawn_mode_is_a_usage_error(db_env):
                           env={**db_env, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2
-    assert "spawn is fork or exec, not 'thread'" in proc.stderr
+    assert "--spawn is one of fork, exec; not 'thread'" in proc.stderr
 
 
 def test_the_fork_server_and_its_children_die_with_the_master(master, client, db):
