@@ -21,7 +21,10 @@ So the stream is a *summary*, computed on a clock, never per job:
 - A frame equal to the previous one (times and ages aside) is not sent. An idle queue costs a
   keep-alive comment every 15 s and nothing else.
 - Each subscriber holds only the newest frame: a slow browser skips frames instead of queuing
-  them, so the stream never buffers.
+  them, so the stream never buffers. Below it, what one stream can have queued is bounded by
+  the connection (jobrun.web.connections): a 64 KiB kernel send buffer and the transport's
+  64 KiB; a reader that takes nothing more for ``--request-timeout`` s then is dropped
+  (``web.connection_stalled``), and at shutdown every open stream is closed at once.
 
 Events: ``snapshot`` (the first frame, on connect), ``summary`` (a changed frame), ``error``
 (the database cannot be read: ``{"error": ...}``; frames resume when it is back). Each
