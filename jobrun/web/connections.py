@@ -167,7 +167,7 @@ class GuardedH11Protocol(H11Protocol):
     def _request_timed_out(self) -> None:
         self._deadline = None
         event(log, logging.DEBUG, "web.request_timeout", client=_peer(self.client),
-              timeout=self._budget, state=type(self.conn.their_state).__name__)
+              timeout=self._budget, state=self.conn.their_state.__name__)
         self.transport.close()
 
     def pause_writing(self) -> None:

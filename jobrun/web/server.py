@@ -72,20 +72,27 @@ def check_origin(origin: str) -> str:
     return origin
 
 
-def listen(where: Bind) -> socket.socket:
-    """The bound listening socket (uvicorn listens on it); an error names the address."""
-    family = socket.AF_INET6 if ":" in where.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def listen(where: Bind) -> list[socket.socket]:
+    """Bound sockets for every address the host resolves to (``localhost``: 127.0.0.1 and ::1,
+    as asyncio's create_server would); uvicorn listens on them. An error names the address."""
+    shown = f"[{where.host}]:{where.port}" if ":" in where.host else f"{where.host}:{where.port}"
+    socks: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((where.host, where.port))
+        infos = socket.getaddrinfo(where.host, where.port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
     except OSError as exc:
-        sock.close()
-        address = f"[{where.host}]:{where.port}" if family == socket.AF_INET6 else \
-            f"{where.host}:{where.port}"
+        for sock in socks:
+            sock.close()
         reason = exc.strerror or exc.__class__.__name__
-        raise InvalidInput(f"cannot listen on {address}: {reason.lower()}") from None
-    return sock
+        raise InvalidInput(f"cannot listen on {shown}: {reason.lower()}") from None
+    return socks
 
 
 def _stopped(signum: int, frame: object) -> None:
@@ -116,7 +123,7 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
     # The console's files at /, the guarded API at /api (jobrun/web/console).
     app = console.beside(create_app(settings, token=token, allow_origins=origins, hosts=hosts))
     limits = Limits.for_descriptors(descriptor_limit(), request_timeout, max_connections)
-    sock = listen(where)
+    socks = listen(where)
     setproctitle.setproctitle(f"jobrun web {where.host}:{where.port}")
     logging.getLogger("jobrun.web").setLevel(settings.log_level.upper())
     # At the cap uvicorn answers each request 503; connections.py closes what is past it.
@@ -131,10 +138,12 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
         limits.request_timeout, limits.max_connections)
     # uvicorn re-raises the SIGTERM it handled once it has stopped: exit 0 then, as on SIGINT.
     signal.signal(signal.SIGTERM, _stopped)
-    with sock:
-        try:
-            server.run(sockets=[sock])
-        except KeyboardInterrupt:
-            pass
+    try:
+        server.run(sockets=socks)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sock in socks:
+            sock.close()
     if not server.started:  # the app's startup failed; uvicorn has logged why
         raise SystemExit(3)
