@@ -7,9 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from jobrun import config
-from jobrun.web import DEFAULT_BIND
-
-REQUEST_TIMEOUT = 15.0  # jobrun.web.connections.REQUEST_TIMEOUT, without importing uvicorn here
+from jobrun.web import DEFAULT_BIND, REQUEST_TIMEOUT
 
 
 def web(

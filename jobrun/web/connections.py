@@ -50,10 +50,10 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from jobrun.logs import event
+from jobrun.web import REQUEST_TIMEOUT
 
 log = logging.getLogger("jobrun.web.connections")
 
-REQUEST_TIMEOUT = 15.0  # seconds a client has to send a whole request (--request-timeout)
 RESERVED_FDS = 64       # descriptors kept for the process: stdio, the loop, pool, poller, files
 OVER_CAP_GRACE = 1.0    # seconds a connection past the cap has to send a request for its 503
 LOG_EVERY = 10.0        # seconds between two web.connections_capped lines

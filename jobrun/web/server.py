@@ -4,8 +4,8 @@ Loopback by default. A bind to any other address is refused unless a token is co
 (``--token-file``, a file readable by its owner only); the token is read once and never
 printed, logged or put in the process title.
 
-The listening socket is bound here, before the app is built, so that an address in use (or
-not this host's) is one ``jobrun: error:`` line and exit 1, not uvicorn's log and exit 3.
+The listening sockets are bound here, not by uvicorn, so that an address in use (or not this
+host's) is one ``jobrun: error:`` line and exit 1, not uvicorn's log and exit 3.
 What the server then accepts is bounded by jobrun.web.connections.
 """
 
@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from jobrun import config
 from jobrun.errors import InvalidInput
-from jobrun.web import DEFAULT_BIND
-from jobrun.web.connections import REQUEST_TIMEOUT
+from jobrun.web import DEFAULT_BIND, REQUEST_TIMEOUT
 from jobrun.web.guard import loopback_hosts
 
 GRACEFUL_TIMEOUT = 10  # seconds uvicorn lets open requests finish on SIGTERM
@@ -41,6 +40,9 @@ class Bind:
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False  # a name: it may resolve anywhere
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 def parse_bind(text: str) -> Bind:
@@ -75,7 +77,6 @@ def check_origin(origin: str) -> str:
 def listen(where: Bind) -> list[socket.socket]:
     """Bound sockets for every address the host resolves to (``localhost``: 127.0.0.1 and ::1,
     as asyncio's create_server would); uvicorn listens on them. An error names the address."""
-    shown = f"[{where.host}]:{where.port}" if ":" in where.host else f"{where.host}:{where.port}"
     socks: list[socket.socket] = []
     try:
         infos = socket.getaddrinfo(where.host, where.port, type=socket.SOCK_STREAM,
@@ -91,7 +92,7 @@ def listen(where: Bind) -> list[socket.socket]:
         for sock in socks:
             sock.close()
         reason = exc.strerror or exc.__class__.__name__
-        raise InvalidInput(f"cannot listen on {shown}: {reason.lower()}") from None
+        raise InvalidInput(f"cannot listen on {where}: {reason.lower()}") from None
     return socks
 
 
@@ -134,8 +135,7 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
         log_level=settings.log_level, timeout_graceful_shutdown=GRACEFUL_TIMEOUT))
     logging.getLogger("uvicorn.error").info(
         "jobrun web listening on http://%s (request timeout %g s, at most %d connections)",
-        f"[{where.host}]:{where.port}" if ":" in where.host else f"{where.host}:{where.port}",
-        limits.request_timeout, limits.max_connections)
+        where, limits.request_timeout, limits.max_connections)
     # uvicorn re-raises the SIGTERM it handled once it has stopped: exit 0 then, as on SIGINT.
     signal.signal(signal.SIGTERM, _stopped)
     try:
