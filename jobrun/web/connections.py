@@ -51,13 +51,13 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from jobrun.logs import event
 from jobrun.web import REQUEST_TIMEOUT
+from jobrun.web.events import PATH as EVENTS_PATH
 
 log = logging.getLogger("jobrun.web.connections")
 
 RESERVED_FDS = 64       # descriptors kept for the process: stdio, the loop, pool, poller, files
 OVER_CAP_GRACE = 1.0    # seconds a connection past the cap has to send a request for its 503
 LOG_EVERY = 10.0        # seconds between two web.connections_capped lines
-EVENTS_PATH = "/api/v1/events"
 STREAM_SNDBUF = 64 * 1024  # kernel send buffer of an event stream's connection (bytes)
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
            b"content-length: 19\r\nconnection: close\r\n\r\nService Unavailable")

@@ -52,6 +52,7 @@ from jobrun.web.summary import StreamSummary
 
 log = logging.getLogger("jobrun.web.events")
 
+PATH = "/api/v1/events"
 MIN_INTERVAL = 0.25   # at most one summary per 250 ms
 IDLE_INTERVAL = 1.0   # between reads while nothing changes
 COST_FACTOR = 20.0    # a read that took t waits at least COST_FACTOR * t before the next
@@ -207,6 +208,6 @@ def install(app: Any, dsn: str, queries: Queries, interval: float = MIN_INTERVAL
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     # Not in the OpenAPI document, which describes the JSON endpoints; docs/console.md does.
-    app.add_api_route("/api/v1/events", events, methods=["GET"], include_in_schema=False)
+    app.add_api_route(PATH, events, methods=["GET"], include_in_schema=False)
     app.state.summaries = summaries
     return summaries
