@@ -26,6 +26,7 @@ class WebProcess:
         self.extra = args
         self.env = env
         self.proc: subprocess.Popen | None = None
+        self.preexec = None  # run in the child before jobrun (e.g. to lower an rlimit)
 
     def start(self, timeout: float = 60.0, healthy: int = 200) -> "WebProcess":
         for _ in range(5):  # another process may take the free port before the server binds it
@@ -44,7 +45,7 @@ class WebProcess:
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "jobrun", "web", *self.args],
                                      env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     text=True)
+                                     text=True, preexec_fn=self.preexec)
         try:
             wait_for(lambda: self._healthy(healthy), timeout=timeout, interval=0.05,
                      message="jobrun web /healthz")

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from jobrun import config
-from jobrun.web import DEFAULT_BIND
+from jobrun.web import DEFAULT_BIND, REQUEST_TIMEOUT
 
 
 def web(
@@ -22,6 +22,15 @@ def web(
         "--allow-origin", metavar="ORIGIN", show_default=False,
         help="Repeatable: a browser origin (scheme://host:port) allowed to change things.")]
     = None,
+    request_timeout: Annotated[float, typer.Option(
+        "--request-timeout", metavar="SECONDS",
+        help="Close a connection that has not sent a whole request (headers and body) within"
+             " this, and one whose client reads nothing of its response for this long.")]
+    = REQUEST_TIMEOUT,
+    max_connections: Annotated[Optional[int], typer.Option(
+        "--max-connections", metavar="N", show_default=False,
+        help="Answer 503 past this many open connections (default: what the file-descriptor"
+             " limit allows, less a margin).")] = None,
     dsn: Annotated[Optional[str], typer.Option("--dsn", metavar="URL", show_default=False,
                                                help="PostgreSQL URL.")] = None,
     schema: Annotated[Optional[str], typer.Option("--schema", metavar="NAME",
@@ -34,4 +43,4 @@ def web(
     settings = settings.replace(database_url=config.resolve_dsn(settings))
     from jobrun.web.server import serve  # FastAPI is imported by this command alone
 
-    serve(settings, bind, token_file, tuple(allow_origin or ()))
+    serve(settings, bind, token_file, tuple(allow_origin or ()), request_timeout, max_connections)

@@ -21,7 +21,10 @@ So the stream is a *summary*, computed on a clock, never per job:
 - A frame equal to the previous one (times and ages aside) is not sent. An idle queue costs a
   keep-alive comment every 15 s and nothing else.
 - Each subscriber holds only the newest frame: a slow browser skips frames instead of queuing
-  them, so the stream never buffers.
+  them, so the stream never buffers. Below it, what one stream can have queued is bounded by
+  the connection (jobrun.web.connections): a 64 KiB kernel send buffer and the transport's
+  64 KiB; a reader that takes nothing more for ``--request-timeout`` s then is dropped
+  (``web.connection_stalled``), and at shutdown every open stream is closed at once.
 
 Events: ``snapshot`` (the first frame, on connect), ``summary`` (a changed frame), ``error``
 (the database cannot be read: ``{"error": ...}``; frames resume when it is back). Each
@@ -49,6 +52,7 @@ from jobrun.web.summary import StreamSummary
 
 log = logging.getLogger("jobrun.web.events")
 
+PATH = "/api/v1/events"
 MIN_INTERVAL = 0.25   # at most one summary per 250 ms
 IDLE_INTERVAL = 1.0   # between reads while nothing changes
 COST_FACTOR = 20.0    # a read that took t waits at least COST_FACTOR * t before the next
@@ -204,6 +208,6 @@ def install(app: Any, dsn: str, queries: Queries, interval: float = MIN_INTERVAL
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     # Not in the OpenAPI document, which describes the JSON endpoints; docs/console.md does.
-    app.add_api_route("/api/v1/events", events, methods=["GET"], include_in_schema=False)
+    app.add_api_route(PATH, events, methods=["GET"], include_in_schema=False)
     app.state.summaries = summaries
     return summaries

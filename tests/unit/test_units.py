@@ -55,3 +55,18 @@ def test_web_unit():
     s = _read("jobrun-web.service")["Service"]
     assert "jobrun web --bind 127.0.0.1:9120 --token-file /etc/jobrun/web.token" in s["ExecStart"]
     assert s["KillMode"] == "mixed" and s["Restart"] == "on-failure"
+
+
+@pytest.mark.parametrize("name", UNITS)
+def test_descriptor_limit_is_set(name):
+    # The default soft limit (1,024) is what about 1,100 idle connections exhausted.
+    assert int(_read(name)["Service"]["LimitNOFILE"]) >= 8192
+
+
+def test_web_unit_caps_connections_below_its_descriptors():
+    from jobrun.web.connections import RESERVED_FDS, Limits
+
+    nofile = int(_read("jobrun-web.service")["Service"]["LimitNOFILE"])
+    limits = Limits.for_descriptors(nofile)
+    assert 5000 < limits.max_connections
+    assert limits.max_connections + limits.overflow + RESERVED_FDS <= nofile
