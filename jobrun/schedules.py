@@ -16,13 +16,14 @@ from typing import Any, Iterable
 
 from jobrun import validate
 from jobrun.errors import Conflict, InvalidInput, NotFound, Refused
-from jobrun.ops import Op, Step, _undeclared
+from jobrun.ops import LIST_MAX, Op, Step, _undeclared
 from jobrun.policy import cron
 from jobrun.records import JobRecord, _from_row
 from jobrun.sql import Queries
 
 # The fields that define when a schedule fires: changing one recomputes its next slot.
 _TIMING = ("cron", "timezone", "starts_at", "ends_at")
+RUNS_MAX = 1000  # recent runs shown with a schedule
 _FIELDS = ("cron", "timezone", "task", "payload", "queue", "priority", "max_attempts",
            "starts_at", "ends_at", "catch_up")
 
@@ -151,7 +152,8 @@ def list_all(q: Queries) -> Op:
 def runs(q: Queries, name: str, limit: int = 10) -> Op:
     """The newest jobs the schedule made, each with its last attempt's outcome."""
     record = yield from get(q, name)
-    return (yield Step(q.schedule_runs, {"id": record.id, "limit": limit}))
+    return (yield Step(q.schedule_runs, {"id": record.id,
+                                         "limit": validate.integer("limit", limit, 0, RUNS_MAX)}))
 
 
 def update(q: Queries, limit: int, name: str, *, declared: bool | None = None,
@@ -212,10 +214,9 @@ def jobs(q: Queries, name: str, *, status: str | None = None, limit: int = 50,
          before: int | None = None) -> Op:
     """Jobs made by a schedule, newest first."""
     yield from get(q, name)
-    if not 1 <= limit <= 10000:
-        raise InvalidInput("limit must be from 1 to 10000")
-    rows = yield Step(q.list_schedule_jobs, {"schedule": name, "status": status,
-                                             "limit": limit, "before": before})
+    rows = yield Step(q.list_schedule_jobs, {
+        "schedule": name, "status": status, "limit": validate.limit(limit, LIST_MAX),
+        "before": None if before is None else validate.job_id(before, "before")})
     return [JobRecord.from_row(r) for r in rows]
 
 
