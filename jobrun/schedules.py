@@ -57,6 +57,20 @@ class ScheduleRecord:
             return "expired"
         return "paused" if self.paused else "active"
 
+    def upcoming(self, count: int) -> list[datetime]:
+        """Its next ``count`` fire times (fewer where its window or the range ends); none while
+        paused, and none after the first for a zone or expression stored past the checks (a
+        zone name such as 'localtime' from before they refused it: the scheduler expires it)."""
+        fires: list[datetime] = []
+        at = self.next_fire_at
+        while at is not None and len(fires) < count and not self.paused:
+            fires.append(at)
+            try:
+                at = cron.next_fire(self.cron, self.timezone, at, self.ends_at)
+            except InvalidInput:
+                break
+        return fires
+
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "ScheduleRecord":
         return _from_row(cls, row)
@@ -85,7 +99,8 @@ def parse_time(value: Any, what: str) -> datetime | None:
 def _checked(spec: dict[str, Any], limit: int) -> dict[str, Any]:
     """Validate a full definition; returns the query parameters (payload as JSON text)."""
     expr = cron.parse(spec["cron"]).text
-    tz = spec.get("timezone") or "UTC"
+    tz = spec.get("timezone")
+    tz = "UTC" if tz is None else tz  # "" is no zone: refused, not taken for UTC
     cron.zone(tz)
     starts = parse_time(spec.get("starts_at"), "starts_at")
     ends = parse_time(spec.get("ends_at"), "ends_at")
@@ -111,7 +126,7 @@ def _first_slot(p: dict[str, Any], now: datetime) -> datetime:
     nxt = cron.first_fire(p["cron"], p["timezone"], now, p["starts_at"], p["ends_at"])
     if nxt is None:
         raise InvalidInput(f"schedule {p['cron']!r} ({p['timezone']}) has no fire time left"
-                           + (" in its window" if p["ends_at"] else ""))
+                           + (" in its window" if p["ends_at"] else f" in range ({cron.RANGE})"))
     return nxt
 
 
