@@ -322,6 +322,8 @@ def purge(q: Queries, older_than: float | str | None, statuses: Sequence[str] = 
     connection commit between batches.
     """
     secs = validate.duration(older_than) if older_than is not None else 0.0
+    if secs > validate.MAX_DELAY:  # now() minus it would be out of PostgreSQL's range
+        raise InvalidInput(f"invalid older_than {validate._show(older_than)}: at most 100 years")
     for s in statuses:
         if s not in TERMINAL:
             raise InvalidInput(f"cannot purge {s!r} jobs: only {', '.join(TERMINAL)}")

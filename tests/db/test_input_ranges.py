@@ -51,7 +51,7 @@ def test_a_version_out_of_range_is_refused_naming_it(client, admin_conn, schema,
     assert client.queue_get("q")["concurrency"] is None and client.queue_get("q")["version"] == 0
 
 
-def test_ids_limits_and_cursors_out_of_range_are_refused(client):
+def test_ids_limits_cursors_and_ages_out_of_range_are_refused(client):
     job = client.enqueue("t", 1).job
     client.schedules.create("s", "@daily", "t")
     refused = {
@@ -69,6 +69,9 @@ def test_ids_limits_and_cursors_out_of_range_are_refused(client):
         for call in calls:
             with pytest.raises(InvalidInput, match=f"^{message} "):
                 call()
+    for older in ("1e300", "1e12", 1e18, "5300w"):
+        with pytest.raises(InvalidInput, match="^invalid older_than .*: at most 100 years$"):
+            client.purge(older)
     assert client.get(job.id).status == "queued"
     assert client.schedules.runs("s", limit=0) == []  # zero runs: allowed, as before
 
@@ -97,6 +100,7 @@ def test_cli_says_which_integer_is_out_of_range(cli, client, admin_conn, schema)
         (("logs", str(BIG)), f"invalid job id {BIG}"),
         (("logs", str(job.id), "--attempt", str(2**31)), f"invalid attempt {2**31}"),
         (("list", "--before", str(BIG)), f"invalid before {BIG}"),
+        (("purge", "--older-than", "1e12"), "invalid older_than '1e12': at most 100 years"),
     ]:
         line = fails(cli(*args))
         assert message in line and "database" not in line, line
