@@ -98,7 +98,8 @@ def undecodable_argument(argv: list[str]) -> str | None:
             continue
         if i in hidden:
             return "the value of --dsn is not valid UTF-8"
-        shown = _escaped(redact_text(arg))
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1]  # one line: \n as '\n'
+                        for c in _escaped(redact_text(arg)))
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         return f"argument {i + 1} ('{shown}') is not valid UTF-8"
     return None
