@@ -267,7 +267,7 @@ def list_jobs(q: Queries, *, status: str | None = None, queue: str | None = None
     if task is not None:
         validate.task_name(task)
     rows = yield Step(q.list_jobs, {"status": status, "queue": queue, "task": task,
-                                    "limit": validate.limit(limit, LIST_MAX),
+                                    "limit": validate.page_size(limit, LIST_MAX),
                                     "before": _before(before)})
     return [JobRecord.from_row(r) for r in rows]
 

@@ -230,7 +230,7 @@ def jobs(q: Queries, name: str, *, status: str | None = None, limit: int = 50,
     """Jobs made by a schedule, newest first."""
     yield from get(q, name)
     rows = yield Step(q.list_schedule_jobs, {
-        "schedule": name, "status": status, "limit": validate.limit(limit, LIST_MAX),
+        "schedule": name, "status": status, "limit": validate.page_size(limit, LIST_MAX),
         "before": None if before is None else validate.job_id(before, "before")})
     return [JobRecord.from_row(r) for r in rows]
 

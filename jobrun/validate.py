@@ -88,8 +88,9 @@ def attempt_number(value: Any) -> int:
     return integer("attempt", value, 1, INT_MAX)
 
 
-def limit(value: Any, high: int, what: str = "limit") -> int:
-    return integer(what, value, 1, high)
+def page_size(value: Any, high: int) -> int:
+    """How many rows a list returns (its ``limit``): from 1 to ``high``."""
+    return integer("limit", value, 1, high)
 
 
 def priority(value: Any) -> int:
