@@ -22,6 +22,7 @@ from jobrun.states import STATUSES, TERMINAL
 from jobrun.tracing import current_traceparent
 
 PURGE_BATCH = 5000
+LIST_MAX = 10000  # jobs a list returns at most
 
 
 @dataclass(frozen=True)
@@ -246,14 +247,14 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
 
 
 def get(q: Queries, job_id: int) -> Op:
-    rows = yield Step(q.get_job, {"id": job_id})
+    rows = yield Step(q.get_job, {"id": validate.job_id(job_id)})
     if not rows:
         raise NotFound(f"no job {job_id}")
     return JobRecord.from_row(rows[0])
 
 
 def attempts(q: Queries, job_id: int) -> Op:
-    rows = yield Step(q.get_attempts, {"id": job_id})
+    rows = yield Step(q.get_attempts, {"id": validate.job_id(job_id)})
     return [AttemptRecord.from_row(r) for r in rows]
 
 
@@ -265,19 +266,15 @@ def list_jobs(q: Queries, *, status: str | None = None, queue: str | None = None
         validate.queue_name(queue)
     if task is not None:
         validate.task_name(task)
-    if not 1 <= limit <= 10000:
-        raise InvalidInput("limit must be from 1 to 10000")
     rows = yield Step(q.list_jobs, {"status": status, "queue": queue, "task": task,
-                                    "limit": limit, "before": before})
+                                    "limit": validate.page_size(limit, LIST_MAX),
+                                    "before": _before(before)})
     return [JobRecord.from_row(r) for r in rows]
 
 
-def _version(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"invalid version {value!r}: an integer >= 0")
-    return value
+def _before(value: Any) -> int | None:
+    """A list's ``before``: the id the page ends under (None: the newest first)."""
+    return None if value is None else validate.job_id(value, "before")
 
 
 def _refusal(job: JobRecord, if_version: int | None, refused: str) -> Exception:
@@ -288,7 +285,8 @@ def _refusal(job: JobRecord, if_version: int | None, refused: str) -> Exception:
 
 
 def cancel(q: Queries, job_id: int, if_version: int | None = None) -> Op:
-    rows = yield Step(q.cancel_job, {"id": job_id, "version": _version(if_version)})
+    rows = yield Step(q.cancel_job, {"id": validate.job_id(job_id),
+                                    "version": validate.version(if_version)})
     if rows:
         return JobRecord.from_row(rows[0])
     job = yield from get(q, job_id)
@@ -296,8 +294,8 @@ def cancel(q: Queries, job_id: int, if_version: int | None = None) -> Op:
 
 
 def retry(q: Queries, job_id: int, if_version: int | None = None) -> Op:
-    rows = yield Step(q.retry_job, {"id": job_id, "channel": q.channel,
-                                    "version": _version(if_version)})
+    rows = yield Step(q.retry_job, {"id": validate.job_id(job_id), "channel": q.channel,
+                                    "version": validate.version(if_version)})
     if rows:
         return JobRecord.from_row(rows[0])
     job = yield from get(q, job_id)
@@ -306,7 +304,8 @@ def retry(q: Queries, job_id: int, if_version: int | None = None) -> Op:
 
 def delete(q: Queries, job_id: int, if_version: int | None = None) -> Op:
     """Delete one finished job with its attempts; returns the deleted job."""
-    rows = yield Step(q.delete_job, {"id": job_id, "version": _version(if_version)})
+    rows = yield Step(q.delete_job, {"id": validate.job_id(job_id),
+                                    "version": validate.version(if_version)})
     if rows:
         return JobRecord.from_row(rows[0])
     job = yield from get(q, job_id)
@@ -323,6 +322,8 @@ def purge(q: Queries, older_than: float | str | None, statuses: Sequence[str] = 
     connection commit between batches.
     """
     secs = validate.duration(older_than) if older_than is not None else 0.0
+    if secs > validate.MAX_DELAY:  # now() minus it would be out of PostgreSQL's range
+        raise InvalidInput(f"invalid older_than {validate._show(older_than)}: at most 100 years")
     for s in statuses:
         if s not in TERMINAL:
             raise InvalidInput(f"cannot purge {s!r} jobs: only {', '.join(TERMINAL)}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from jobrun import queue_rules, validate
 from jobrun.errors import Conflict, InvalidInput, NotFound, Refused, StaleVersion
-from jobrun.ops import Op, Step, _version
+from jobrun.ops import Op, Step
 from jobrun.sql import Queries
 
 DEFAULT = "default"  # enqueue's default queue: never deleted
@@ -64,7 +64,7 @@ def update(q: Queries, name: str, if_version: int | None = None, **settings: Any
     checked = queue_rules.check(settings)
     if not checked:
         raise InvalidInput(f"nothing to change: give one of {', '.join(queue_rules.SETTINGS)}")
-    rows = yield Step(q.queue_update, {"name": name, "version": _version(if_version),
+    rows = yield Step(q.queue_update, {"name": name, "version": validate.version(if_version),
                                        **queue_rules.params(checked)})
     current = yield from get(q, name)
     if not rows:

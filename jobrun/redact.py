@@ -63,19 +63,43 @@ def redact_text(text: str, dsn: str | None = None) -> str:
     return _ANY_URL_PASSWORD.sub(r"\1***@", text)
 
 
+def _dsn_values(argv: list[str]) -> set[int]:
+    """The positions in ``argv`` that hold the value of a --dsn."""
+    return {i + 1 for i, arg in enumerate(argv) if arg == "--dsn"} | {
+        i for i, arg in enumerate(argv) if arg.startswith("--dsn=")}
+
+
+def _escaped(arg: str) -> str:
+    """``arg`` as text: a byte that is not UTF-8 (Python keeps it as a lone surrogate in
+    sys.argv) written as its escape, '\\xff'."""
+    try:
+        raw = arg.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoding made
+        return arg.encode("utf-8", "backslashreplace").decode()
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def title_without_secrets(argv: list[str]) -> str:
-    """A process title from ``argv`` with the value of --dsn hidden."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-        elif arg == "--dsn":
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith("--dsn="):
-            out.append("--dsn=***")
-        else:
-            out.append(redact_text(arg))
-    return " ".join(out)
+    """A process title from ``argv`` with the value of --dsn hidden (and any byte that is not
+    UTF-8 escaped: the title must be text)."""
+    hidden = _dsn_values(argv)
+    return " ".join("--dsn=***" if i in hidden and arg.startswith("--dsn=") else
+                    "***" if i in hidden else _escaped(redact_text(arg))
+                    for i, arg in enumerate(argv))
+
+
+def undecodable_argument(argv: list[str]) -> str | None:
+    """Why a command line cannot be taken, or None: its first argument holding a byte that is
+    not UTF-8 (names, payloads, URLs and settings are all text), shown escaped (a --dsn
+    value only by name: it may hold a password)."""
+    hidden = _dsn_values(argv)
+    for i, arg in enumerate(argv):
+        if arg.isascii() or _escaped(arg) == arg:  # no lone surrogate
+            continue
+        if i in hidden:
+            return "the value of --dsn is not valid UTF-8"
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1]  # one line: \n as '\n'
+                        for c in _escaped(redact_text(arg)))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return f"argument {i + 1} ('{shown}') is not valid UTF-8"
+    return None

@@ -16,13 +16,14 @@ from typing import Any, Iterable
 
 from jobrun import validate
 from jobrun.errors import Conflict, InvalidInput, NotFound, Refused
-from jobrun.ops import Op, Step, _undeclared
+from jobrun.ops import LIST_MAX, Op, Step, _undeclared
 from jobrun.policy import cron
 from jobrun.records import JobRecord, _from_row
 from jobrun.sql import Queries
 
 # The fields that define when a schedule fires: changing one recomputes its next slot.
 _TIMING = ("cron", "timezone", "starts_at", "ends_at")
+RUNS_MAX = 1000  # recent runs shown with a schedule
 _FIELDS = ("cron", "timezone", "task", "payload", "queue", "priority", "max_attempts",
            "starts_at", "ends_at", "catch_up")
 
@@ -56,6 +57,20 @@ class ScheduleRecord:
             return "expired"
         return "paused" if self.paused else "active"
 
+    def upcoming(self, count: int) -> list[datetime]:
+        """Its next ``count`` fire times (fewer where its window or the range ends); none while
+        paused, and none after the first for a zone or expression stored past the checks (a
+        zone name such as 'localtime' from before they refused it: the scheduler expires it)."""
+        fires: list[datetime] = []
+        at = self.next_fire_at
+        while at is not None and len(fires) < count and not self.paused:
+            fires.append(at)
+            try:
+                at = cron.next_fire(self.cron, self.timezone, at, self.ends_at)
+            except InvalidInput:
+                break
+        return fires
+
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "ScheduleRecord":
         return _from_row(cls, row)
@@ -84,7 +99,8 @@ def parse_time(value: Any, what: str) -> datetime | None:
 def _checked(spec: dict[str, Any], limit: int) -> dict[str, Any]:
     """Validate a full definition; returns the query parameters (payload as JSON text)."""
     expr = cron.parse(spec["cron"]).text
-    tz = spec.get("timezone") or "UTC"
+    tz = spec.get("timezone")
+    tz = "UTC" if tz is None else tz  # "" is no zone: refused, not taken for UTC
     cron.zone(tz)
     starts = parse_time(spec.get("starts_at"), "starts_at")
     ends = parse_time(spec.get("ends_at"), "ends_at")
@@ -110,7 +126,7 @@ def _first_slot(p: dict[str, Any], now: datetime) -> datetime:
     nxt = cron.first_fire(p["cron"], p["timezone"], now, p["starts_at"], p["ends_at"])
     if nxt is None:
         raise InvalidInput(f"schedule {p['cron']!r} ({p['timezone']}) has no fire time left"
-                           + (" in its window" if p["ends_at"] else ""))
+                           + (" in its window" if p["ends_at"] else f" in range ({cron.RANGE})"))
     return nxt
 
 
@@ -151,7 +167,8 @@ def list_all(q: Queries) -> Op:
 def runs(q: Queries, name: str, limit: int = 10) -> Op:
     """The newest jobs the schedule made, each with its last attempt's outcome."""
     record = yield from get(q, name)
-    return (yield Step(q.schedule_runs, {"id": record.id, "limit": limit}))
+    return (yield Step(q.schedule_runs, {"id": record.id,
+                                         "limit": validate.integer("limit", limit, 0, RUNS_MAX)}))
 
 
 def update(q: Queries, limit: int, name: str, *, declared: bool | None = None,
@@ -212,10 +229,9 @@ def jobs(q: Queries, name: str, *, status: str | None = None, limit: int = 50,
          before: int | None = None) -> Op:
     """Jobs made by a schedule, newest first."""
     yield from get(q, name)
-    if not 1 <= limit <= 10000:
-        raise InvalidInput("limit must be from 1 to 10000")
-    rows = yield Step(q.list_schedule_jobs, {"schedule": name, "status": status,
-                                             "limit": limit, "before": before})
+    rows = yield Step(q.list_schedule_jobs, {
+        "schedule": name, "status": status, "limit": validate.page_size(limit, LIST_MAX),
+        "before": None if before is None else validate.job_id(before, "before")})
     return [JobRecord.from_row(r) for r in rows]
 
 

@@ -22,6 +22,10 @@ SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
 KEY_MAX = 255
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX = 1, 1000
+# PostgreSQL's bigint (ids, versions, cursors) and integer (attempt numbers): a Python int past
+# them would reach the database and come back as "bigint out of range".
+BIGINT_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # JSON shape limits, for payloads and results alike (the SQL enqueue functions check the same
 # numbers): containers nested at most MAX_DEPTH deep (Python's parser gives up near 1,000,
@@ -60,6 +64,33 @@ def schema_name(name: Any) -> str:
     if not isinstance(name, str) or not SCHEMA_RE.fullmatch(name):
         raise InvalidInput(f"invalid schema name {_show(name)}: {SCHEMA_RULE}")
     return name
+
+
+def integer(what: str, value: Any, low: int, high: int) -> int:
+    """``value`` if it is an int (not a bool) from ``low`` to ``high``; else InvalidInput
+    naming ``what`` (its first words name the field: "invalid version ...")."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"invalid {what} {_show(value)}: an integer from {low} to {high}")
+    return value
+
+
+def version(value: Any) -> int | None:
+    """An expected version (None: unguarded): a bigint, from 0."""
+    return None if value is None else integer("version", value, 0, BIGINT_MAX)
+
+
+def job_id(value: Any, what: str = "job id") -> int:
+    """A job id, or a position in the id order (``before``): a bigint, from 1."""
+    return integer(what, value, 1, BIGINT_MAX)
+
+
+def attempt_number(value: Any) -> int:
+    return integer("attempt", value, 1, INT_MAX)
+
+
+def page_size(value: Any, high: int) -> int:
+    """How many rows a list returns (its ``limit``): from 1 to ``high``."""
+    return integer("limit", value, 1, high)
 
 
 def priority(value: Any) -> int:

@@ -35,7 +35,7 @@ from jobrun.admin.output import emit, note, table, timestamp
 from jobrun.admin.queue_cli import queue_app
 from jobrun.admin.schedule_cli import schedule_app
 from jobrun.errors import InvalidInput, JobrunError
-from jobrun.redact import redact, title_without_secrets
+from jobrun.redact import redact, title_without_secrets, undecodable_argument
 from jobrun.store import db
 from jobrun.store import migrate as migrations
 from jobrun.web import cli as web_cli
@@ -271,6 +271,12 @@ def _one_line(text: str) -> str:
 def main() -> None:
     # `jobrun top --dsn URL` runs for long: keep a password out of `ps` from the start.
     setproctitle(title_without_secrets(["jobrun", *sys.argv[1:]]))
+    # A byte that is not UTF-8 could only fail later, deep in a command (encoding a name, a
+    # payload, a URL): refuse it at once, as any bad value, before anything is done.
+    bad = undecodable_argument(sys.argv[1:])
+    if bad is not None:
+        typer.echo(f"jobrun: error: {bad}", err=True)
+        sys.exit(1)
     try:
         app(prog_name="jobrun")
     except JobrunError as exc:

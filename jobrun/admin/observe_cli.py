@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobrun import observe
+from jobrun import observe, validate
 from jobrun.admin import top
 from jobrun.admin.options import AsJson, Dsn, JobId, Schema, session
 from jobrun.admin.output import emit, note, table, timestamp
@@ -39,6 +39,9 @@ def logs(ctx: typer.Context, job_id: JobId,
              "--attempt", metavar="N", help="Only attempt number N.", show_default=False)] = None,
          dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Print what a job's handler logged, attempt by attempt."""
+    validate.job_id(job_id)
+    if attempt is not None:
+        validate.attempt_number(attempt)
     s = session(ctx, dsn, schema, as_json)
     status, found = s.source().run(observe.attempt_logs, job_id, attempt)
     if s.as_json:

@@ -61,7 +61,8 @@ def create(ctx: typer.Context, name: Name, cron_expr: Cron = None, task: Task = 
     s = session(ctx, dsn, schema, as_json)
     record = s.client().schedules.create(
         name, cron_expr, task, payload, queue=queue or "default", priority=priority or 0,
-        tz=tz or "UTC", starts_at=starts_at, ends_at=ends_at, catch_up=catch_up or "latest",
+        tz="UTC" if tz is None else tz, starts_at=starts_at, ends_at=ends_at,
+        catch_up=catch_up or "latest",
         max_attempts=max_attempts, payload_is_json=payload is not None)
     emit(record.to_dict())
 
@@ -147,7 +148,7 @@ def next_(ctx: typer.Context,
     s = session(ctx, None, None, as_json)
     if not 1 <= count <= 1000:
         raise InvalidInput("--count must be from 1 to 1000")
-    zone = cron.zone(tz or "UTC")
+    zone = cron.zone("UTC" if tz is None else tz)
     parsed = cron.parse(expr)
     t = parse_time(after, "--after") or datetime.now(timezone.utc)
     times = []
@@ -157,10 +158,11 @@ def next_(ctx: typer.Context,
             break
         times.append(nxt)
         t = nxt
+    if not times:
+        raise InvalidInput(f"{expr!r} has no fire time left in range after"
+                           f" {after or t.isoformat()} ({cron.RANGE})")
     if s.as_json:
         emit([_rfc3339(x) for x in times])
         return
-    if not times:
-        typer.echo(f"{expr!r} never fires", err=True)
     for x in times:
         sys.stdout.write(f"{_rfc3339(x)}  {x.astimezone(zone).isoformat()}\n")

@@ -18,6 +18,11 @@ DST policy (docs/schedules.md; tests/unit/test_cron_dst.py holds the vectors):
 
 Fire times strictly increase: a slot that maps onto an instant already passed (several gap
 slots collapse onto the instant the gap ends) is not fired again.
+
+Fire times lie from FIRST_INSTANT to LAST_INSTANT (UTC): Python's datetimes end with the years
+1 and 9999, and the search looks up to a day around wall-clock time, so it stays a few days
+inside them. Past LAST_INSTANT there is no fire time (a schedule whose first slot would lie
+there is refused: "no fire time left"); a search from before FIRST_INSTANT starts there.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import copy
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from difflib import get_close_matches
 from functools import lru_cache
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -49,6 +55,10 @@ ON_TIME = timedelta(seconds=5)
 # Local times and UTC differ by at most this much more than the offset in force (DST shifts
 # are at most 2 hours); the search for the next fire looks this far around wall-clock time.
 _SHIFT = timedelta(hours=3)
+FIRST_INSTANT = datetime(1, 1, 3, tzinfo=timezone.utc)
+LAST_INSTANT = datetime(9999, 12, 29, tzinfo=timezone.utc)
+_TICK = timedelta(microseconds=1)
+RANGE = f"fire times lie from {FIRST_INSTANT.date()} to {LAST_INSTANT.date()} UTC"
 # The field syntax croniter accepts that we keep: numbers, names, * / - , and L / # (last
 # day, nth weekday). croniter's extensions (H hashing, R random) are refused.
 _FIELD = re.compile(r"^[0-9A-Za-z*/,#-]+$")
@@ -109,16 +119,47 @@ def _walker(fields: str) -> croniter:
     return copy.copy(_expanded(fields))
 
 
+# Names the zone database holds that are not zones of their own, each with why it is refused.
+NOT_ZONES = {
+    "localtime": "the host's own zone: masters on hosts set to different zones would fire"
+                 " one schedule at different instants",
+    "posixrules": "the rules the C library applies to POSIX TZ strings, set per host",
+    "Factory": "a placeholder for a host whose zone is not set",
+}
+
+
+@lru_cache(maxsize=1)
+def zone_names() -> frozenset[str]:
+    """The IANA zone names this host knows (its zone database, else the tzdata package),
+    without NOT_ZONES. (zoneinfo.available_timezones() leaves out the posix/ and right/
+    copies: right/ counts leap seconds, which no other clock here does.)"""
+    from zoneinfo import available_timezones
+
+    return frozenset(available_timezones() - set(NOT_ZONES))
+
+
 @lru_cache(maxsize=256)
 def zone(name: str) -> ZoneInfo:
-    """The IANA zone ``name``; an unknown one raises InvalidInput."""
-    if not isinstance(name, str) or not name or len(name) > 64 or ".." in name \
-            or name.startswith("/"):
-        raise InvalidInput(f"unknown time zone {name!r}")
+    """The IANA zone ``name``; any other name raises InvalidInput, suggesting a close one."""
+    if not isinstance(name, str) or name not in zone_names():
+        raise InvalidInput(_unknown_zone(name))
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise InvalidInput(f"unknown time zone {name!r} (use an IANA name such as Europe/London)") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # listed, yet unreadable
+        raise InvalidInput(_unknown_zone(name)) from None
+
+
+def _unknown_zone(name: object) -> str:
+    text = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+    use = "use an IANA name such as Europe/London or UTC"
+    if isinstance(name, str) and name in NOT_ZONES:
+        return f"time zone {text} is not a zone name ({NOT_ZONES[name]}): {use}"
+    if isinstance(name, str) and 0 < len(name.strip()) <= 64:
+        by_lower = {n.lower(): n for n in zone_names()}
+        close = get_close_matches(name.strip().lower(), by_lower, n=1, cutoff=0.6)
+        if close:
+            use = f"did you mean {by_lower[close[0]]}?"
+    return f"unknown time zone {text}: {use}"
 
 
 def _gap_end(tz: ZoneInfo, before: datetime, after: datetime) -> datetime:
@@ -165,7 +206,28 @@ def next_fire(cron: Cron | str, tz: ZoneInfo | str, after: datetime,
         tz = zone(tz)
     if after.tzinfo is None:
         raise ValueError("after must be timezone-aware")
-    after = after.astimezone(UTC)
+    after = _in_range(after)
+    if after is None:
+        return None
+    until = LAST_INSTANT if until is None else min(until, LAST_INSTANT)
+    try:
+        return _search(cron, tz, after, until)
+    except OverflowError:  # a wall-clock slot past year 9999: none is left in range
+        return None
+
+
+def _in_range(after: datetime) -> datetime | None:
+    """``after`` in UTC, moved up to just before FIRST_INSTANT; None at or past LAST_INSTANT."""
+    try:
+        utc = after.astimezone(UTC)
+    except OverflowError:  # a local time in year 1 or 9999 whose UTC time is beyond it
+        return None if after.year > 1 else FIRST_INSTANT - _TICK
+    if utc >= LAST_INSTANT:
+        return None
+    return max(utc, FIRST_INSTANT - _TICK)
+
+
+def _search(cron: Cron, tz: ZoneInfo, after: datetime, until: datetime) -> datetime | None:
     low, high = _offsets(tz, after)
     # Every instant u > after has wall time u + offset(u) > after + low: start just before.
     start = (after + low).replace(tzinfo=None) - timedelta(seconds=1)
@@ -177,15 +239,14 @@ def next_fire(cron: Cron | str, tz: ZoneInfo | str, after: datetime,
     while True:
         try:
             wall = walls.get_next(datetime)
-        except CroniterBadDateError:
-            return best
+        except (CroniterBadDateError, OverflowError, ValueError):
+            return best  # never again, or not before year 10000 (ValueError: dateutil's word)
         # No instant of this slot or a later one can come before `earliest`.
         earliest = wall.replace(tzinfo=UTC) - high
-        if until is not None and earliest > until:
+        if earliest > until:
             return best
         for instant in instants(wall, tz, cron.fixed_hour):
-            if instant > after and (best is None or instant < best) \
-                    and (until is None or instant <= until):
+            if after < instant <= until and (best is None or instant < best):
                 best = instant
         if best is not None and earliest >= best:
             return best
@@ -279,5 +340,5 @@ def first_fire(cron: Cron | str, tz: ZoneInfo | str, now: datetime,
     not before starts_at; None when none is left before ends_at."""
     after = now
     if starts_at is not None and starts_at > now:
-        after = starts_at - timedelta(microseconds=1)
+        after = max(starts_at, FIRST_INSTANT) - _TICK
     return next_fire(cron, tz, after, ends_at)

@@ -76,7 +76,7 @@ def _search_text(text: str | None) -> str | None:
 def _job_cursor(cursor: str | None) -> int | None:
     if cursor is None:
         return None
-    if not cursor.isdigit() or len(cursor) > 19:
+    if not cursor.isdigit() or len(cursor) > 19 or int(cursor) > validate.BIGINT_MAX:
         raise InvalidInput(f"invalid cursor {cursor[:40]!r}")
     return int(cursor)
 
@@ -91,6 +91,8 @@ def attempts_feed(q: Queries, *, outcomes: Sequence[str] = (), task: str | None 
         try:
             stamp, job, tok = cursor.split(",")
             at, job_id, token = datetime.fromisoformat(stamp), int(job), int(tok)
+            if not (0 <= job_id <= validate.BIGINT_MAX and 0 <= token <= validate.BIGINT_MAX):
+                raise ValueError(cursor)  # past bigint: the database would refuse it
         except ValueError:
             raise InvalidInput(f"invalid cursor {cursor[:60]!r}") from None
     rows = yield Step(q.web_attempts_feed, {

@@ -3,14 +3,12 @@ as ``jobrun schedule`` and ``Client.schedules``."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import AwareDatetime, Field, StrictBool, StrictInt, StrictStr
 
 from jobrun import schedules
-from jobrun.policy import cron
 from jobrun.schedules import ScheduleRecord
 from jobrun.web.envelope import responses
 from jobrun.web.models import _Strict
@@ -43,12 +41,7 @@ class NewSchedule(ScheduleFields):
 
 def _view(record: ScheduleRecord, **extra: Any) -> dict[str, Any]:
     """A schedule with its status and its next fire times."""
-    fires: list[datetime] = []
-    at = record.next_fire_at
-    while at is not None and len(fires) < NEXT_FIRES and not record.paused:
-        fires.append(at)
-        at = cron.next_fire(record.cron, record.timezone, at, record.ends_at)
-    return {**record.to_dict(), "next_fires": fires, **extra}
+    return {**record.to_dict(), "next_fires": record.upcoming(NEXT_FIRES), **extra}
 
 
 @router.get("/schedules", responses=responses(*READ))

@@ -13,7 +13,7 @@ import sys
 
 from setproctitle import setproctitle
 
-from jobrun.redact import title_without_secrets
+from jobrun.redact import title_without_secrets, undecodable_argument
 
 
 def hide_secrets_in_title() -> None:
@@ -165,6 +165,10 @@ def _run_master(settings: config.Settings, dsn_value: str, overrides: dict, no_m
 
 def main() -> None:
     hide_secrets_in_title()
+    bad = undecodable_argument(sys.argv[1:])
+    if bad is not None:  # bad usage, refused before anything starts
+        typer.echo(f"jobrun-master: error: {bad}", err=True)
+        raise SystemExit(2)
     cli(prog_name="jobrun-master")
 
 
