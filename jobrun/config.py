@@ -94,6 +94,14 @@ def setting(default: Any = dataclasses.MISSING, read: Callable[[Any], Any] = _te
 _duration = validate.duration
 
 
+def _age(value: Any) -> float:
+    """A duration the database subtracts from now() (retention): at most 100 years."""
+    secs = _duration(value)
+    if secs > validate.MAX_DELAY:
+        raise InvalidInput(f"invalid duration {value!r}: at most 100 years")
+    return secs
+
+
 @dataclass(frozen=True)
 class Settings:
     # name: type = setting(default, how it is read, bounds or choices; reload=False: read at
@@ -123,7 +131,7 @@ class Settings:
     grace: float = setting(30.0, _duration)
     lease_ttl: float = setting(30.0, _duration)
     schedule_lease_ttl: float = setting(10.0, _duration)  # leader lease; takeover in ttl * 4/3
-    retention: float = setting(7 * 86400.0, _duration)
+    retention: float = setting(7 * 86400.0, _age)
     metrics_addr: str = setting("127.0.0.1:9110", reload=False)
     metrics_allow_remote: bool = setting(False, _flag, reload=False)
     log_format: str = setting("text", _word, choices=LOG_FORMATS, reload=False)

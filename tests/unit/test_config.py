@@ -190,7 +190,7 @@ def test_redact_never_shows_the_password_in_keyword_dsns(password, port):
 
 
 REFUSED = [("concurrency", 0, "at least 1"), ("prefetch", 0, "at least 1"),
-           ("log_format", "yaml", "text, json")]
+           ("log_format", "yaml", "text, json"), ("retention", "40000d", "at most 100 years")]
 
 
 @pytest.mark.parametrize("name,value,says", REFUSED)
