@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from jobrun import config
+from jobrun import config, logs
 from jobrun.errors import InvalidInput
 from jobrun.web import DEFAULT_BIND
 from jobrun.web.guard import loopback_hosts
@@ -81,7 +81,7 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
     # The console's files at /, the guarded API at /api (jobrun/web/console).
     app = console.beside(create_app(settings, token=token, allow_origins=origins, hosts=hosts))
     setproctitle.setproctitle(f"jobrun web {where.host}:{where.port}")
-    logging.getLogger("jobrun.web").setLevel(settings.log_level.upper())
     uvicorn.run(app, host=where.host, port=where.port, loop="uvloop", lifespan="on",
                 access_log=False, server_header=False, proxy_headers=False,
+                log_config=logs.uvicorn_config(settings.log_format, settings.log_level),
                 log_level=settings.log_level, timeout_graceful_shutdown=10)

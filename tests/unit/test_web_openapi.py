@@ -21,10 +21,10 @@ def test_every_route_is_described_with_the_envelope():
                                routes_schedules.router)
               for r in router.routes if isinstance(r, APIRoute)]
     assert len(routes) >= 16 and all(r.path.startswith("/api/v1/") for r in routes)
-    assert len(doc["paths"]) == len({r.path for r in routes})
+    assert len(doc["paths"]) == len({r.path_format for r in routes})
     for route in routes:
         for method in route.methods:
-            op = doc["paths"][route.path][method.lower()]
+            op = doc["paths"][route.path_format][method.lower()]
             errors = {int(s) for s in op["responses"] if int(s) >= 400}
             assert 500 in errors, route.path
             for status in errors:
@@ -45,3 +45,36 @@ def test_field_of_names_the_field_of_a_validation_message():
     assert field_of("invalid task name 'a b': ...") == "task"
     assert field_of("job 3: invalid priority 500: ...") == "jobs.3.priority"
     assert field_of("something else") is None
+
+
+def test_an_unexpected_error_is_logged_with_its_reason_and_no_password():
+    import io
+    import logging
+
+    from starlette.requests import Request
+
+    from jobrun import logs
+
+    app = _app()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.TextFormatter())
+    web_log = logging.getLogger("jobrun.web")
+    web_log.addHandler(handler)
+    try:
+        request = Request({"type": "http", "method": "POST", "path": "/api/v1/jobs",
+                           "headers": [], "query_string": b"", "app": app})
+        try:
+            raise ValueError("boom at postgresql://u:s3cret@db/x\nsecond line")
+        except ValueError as exc:
+            import asyncio
+
+            response = asyncio.run(app.exception_handlers[Exception](request, exc))
+    finally:
+        web_log.removeHandler(handler)
+    assert response.status_code == 500
+    out = stream.getvalue()
+    first = out.splitlines()[0]
+    assert " ERROR web.internal_error method=POST path=/api/v1/jobs" in first
+    assert 'error="ValueError: boom at postgresql://u:***@db/x"' in first
+    assert "s3cret" not in out and "Traceback" in out
