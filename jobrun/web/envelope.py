@@ -19,9 +19,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Route
 
 from jobrun.errors import (Conflict, DatabaseUnavailable, InvalidInput, JobrunError, NotFound,
                            Refused, StaleVersion, UnknownQueue)
@@ -159,13 +160,28 @@ def _validation(exc: RequestValidationError) -> JSONResponse:
     return error_response("validation_failed", f"{first[0]}: {first[1]}", fields)
 
 
-def _http(exc: HTTPException) -> JSONResponse:
+def allowed(request: Request) -> str:
+    """The Allow header of the request's path: the methods of every route on it. (Starlette
+    names only the first route that matched the path, and GET /jobs/1 and DELETE /jobs/1 are
+    two routes.)"""
+    methods = {"OPTIONS"}
+    for route in (*request.app.router.routes, *getattr(request.app.state, "routes", ())):
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
+def _http(request: Request, exc: HTTPException) -> Response:
     code = _BY_STATUS.get(exc.status_code, "internal_error")
     if exc.status_code == 400:
         # FastAPI's answer to a body it could not parse at all (e.g. nested too deeply).
         return error_response("invalid_json", "the request body is not valid JSON")
-    message = {404: "no such resource", 405: "method not allowed"}.get(
-        exc.status_code, str(exc.detail))
+    if exc.status_code == 405:
+        allow = allowed(request)
+        if request.method == "OPTIONS":  # what may be done here: an answer, not an error
+            return Response(status_code=204, headers={"Allow": allow})
+        return error_response(code, "method not allowed", headers={"Allow": allow})
+    message = {404: "no such resource"}.get(exc.status_code, str(exc.detail))
     return error_response(code, message, headers=getattr(exc, "headers", None))
 
 
@@ -181,8 +197,8 @@ def install(app: FastAPI) -> None:
     async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _validation(exc)
 
-    async def on_http(_: Request, exc: HTTPException) -> JSONResponse:
-        return _http(exc)
+    async def on_http(request: Request, exc: HTTPException) -> Response:
+        return _http(request, exc)
 
     async def on_too_deep(_: Request, exc: RecursionError) -> JSONResponse:
         # JSON the parser took, nested too deeply to check or store.
