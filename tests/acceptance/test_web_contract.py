@@ -7,7 +7,8 @@ Requests the document forbids are sent too (for the 5xx and the envelope), but a
 accepts one is no failure: where the server takes more than JSON Schema can bound (duration
 text, croniter's whole grammar) the document offers the subset that always passes.
 
-Bounded and repeatable: 25 examples per operation from a fixed seed, about 20 s on two cores.
+Bounded and repeatable: 25 examples per operation under CI's profile (tests/profiles.py), from a
+fixed seed, about 20 s on two cores.
 A failure prints the request as a curl command to reproduce it. Why Schemathesis rather than
 hand-built strategies: it reads the document as a client generator would (every parameter
 location, anyOf, patterns, formats), checks each response against it, and grows with the API
@@ -24,6 +25,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from jobrun import config
 from jobrun.web.app import create_app
+from tests.profiles import examples
 from tests.webproc import WebProcess, web_env, web_schema  # noqa: F401
 
 TOKEN = "contract-token-0123456789abcdef"
@@ -52,7 +54,7 @@ def test_the_served_document_is_the_one_tested(server):
 
 
 @schema.parametrize()
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(25), deadline=None, derandomize=True, database=None,
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
 def test_the_server_keeps_the_openapi_contract(case, server):
