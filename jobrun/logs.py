@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any
 
+from jobrun.redact import redact_text
+
 
 def event(logger: logging.Logger, level: int, name: str, **fields: Any) -> None:
     if logger.isEnabledFor(level):
@@ -32,7 +34,13 @@ def _text_value(value: Any) -> str:
     return text
 
 
-class TextFormatter(logging.Formatter):
+class _Redacting(logging.Formatter):
+    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+        # A traceback repeats its error's text, which may hold a database URL.
+        return redact_text(super().formatException(ei))
+
+
+class TextFormatter(_Redacting):
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "jobrun_fields", {})
         parts = [_stamp(record), record.levelname, record.getMessage()]
@@ -43,7 +51,7 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-class JsonFormatter(logging.Formatter):
+class JsonFormatter(_Redacting):
     def format(self, record: logging.LogRecord) -> str:
         doc = {"ts": _stamp(record), "level": record.levelname.lower(), "event": record.getMessage(),
                "logger": record.name}
@@ -60,3 +68,19 @@ def setup(fmt: str = "text", level: str = "info") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+def uvicorn_config(fmt: str = "text", level: str = "info") -> dict[str, Any]:
+    """A logging.config.dictConfig for a process that uvicorn runs (`jobrun web`): jobrun's
+    events, uvicorn's own lines (start, stop, an exception it caught) and any library's
+    warnings (the connection pool's) alike in jobrun's format on stderr, each event with its
+    fields."""
+    formatter = {"()": f"{__name__}.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}"}
+    handler = {"class": "logging.StreamHandler", "formatter": "jobrun",
+               "stream": "ext://sys.stderr"}
+    one = {"handlers": ["jobrun"], "level": level.upper(), "propagate": False}
+    return {"version": 1, "disable_existing_loggers": False,
+            "formatters": {"jobrun": formatter}, "handlers": {"jobrun": handler},
+            "root": {"handlers": ["jobrun"], "level": "WARNING"},
+            "loggers": {"jobrun": one, "uvicorn": one, "uvicorn.error": {"level": level.upper()},
+                        "uvicorn.access": one}}

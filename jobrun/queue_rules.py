@@ -20,7 +20,7 @@ SETTINGS = ("concurrency", "rate", "aging", "priority_default", "max_attempts", 
 CLEARABLE = {"concurrency", "rate", "aging", "max_attempts", "retention"}
 MAX_COUNT = 1_000_000          # concurrency, key_concurrency and a rate's count
 AGING_MIN, AGING_MAX = 0.001, 365 * 86400.0
-RETENTION_MAX = 100 * 366 * 86400.0
+RETENTION_MIN, RETENTION_MAX = 0.001, 100 * 366 * 86400.0
 NONE_WORDS = ("none", "off", "null")
 
 
@@ -67,7 +67,7 @@ def _one(name: str, value: Any) -> Any:
     if name == "aging":
         return _interval("aging", value, AGING_MIN, AGING_MAX, "30s, 5m or 1h")
     if name == "retention":
-        return _interval("retention", value, 0.001, RETENTION_MAX, "7d or 12h")
+        return _interval("retention", value, RETENTION_MIN, RETENTION_MAX, "7d or 12h")
     if name == "priority_default":
         return validate.priority(value)
     return validate.max_attempts(value)

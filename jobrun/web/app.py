@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 
 from jobrun import __version__, config, sdnotify
-from jobrun.web import (envelope, events, routes_jobs, routes_observe, routes_queues,
+from jobrun.web import (envelope, events, models, routes_jobs, routes_observe, routes_queues,
                         routes_schedules)
 from jobrun.web.guard import Guard, Policy
 from jobrun.web.pool import Database
@@ -52,11 +52,13 @@ def create_app(settings: config.Settings, *, token: str | None = None,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None,
                   dependencies=[Depends(known_query_only)])
     app.state.db = database
+    app.openapi = lambda: models.exact_bounds(FastAPI.openapi(app))  # type: ignore[method-assign]
     envelope.install(app)
-    app.include_router(routes_jobs.router)
-    app.include_router(routes_observe.router)
-    app.include_router(routes_queues.router)
-    app.include_router(routes_schedules.router)
+    routers = (routes_jobs.router, routes_observe.router, routes_queues.router,
+               routes_schedules.router)
+    for router in routers:
+        app.include_router(router)
+    app.state.routes = [route for router in routers for route in router.routes]  # for Allow
     events.install(app, database.client.dsn, database.q)  # GET /api/v1/events (the console's)
     limit = settings.max_payload_bytes + BODY_MARGIN
     policy = Policy(token=token, allow_origins=frozenset(allow_origins), hosts=hosts,

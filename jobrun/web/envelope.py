@@ -4,6 +4,11 @@ Every way a request can fail ends here: jobrun's own errors (bad input, not foun
 a stale version), FastAPI's request validation and HTTP errors, malformed JSON, and anything
 unexpected (500 with a fixed message; the traceback goes to the server log, never to the
 caller). ``responses(...)`` describes the same envelope in the OpenAPI document.
+
+A 500 or 503 is logged with its reason: ``web.error``, ``web.database_unavailable`` or
+``web.internal_error`` with the method, the path and the error's first line, the database
+URL's password replaced by '***' (jobrun.redact); the line goes through jobrun's log format
+(jobrun.logs.uvicorn_config), fields and all.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Route
 
 from jobrun.errors import (Conflict, DatabaseUnavailable, InvalidInput, JobrunError, NotFound,
                            Refused, StaleVersion, UnknownQueue)
 from jobrun.logs import event
+from jobrun.redact import redact_text
 
 log = logging.getLogger("jobrun.web")
 
@@ -101,7 +108,20 @@ def _invalid(exc: InvalidInput) -> JSONResponse:
     return error_response("validation_failed", message, {field: message} if field else {})
 
 
-def _jobrun_error(exc: JobrunError) -> JSONResponse:
+def reason(request: Request, exc: BaseException, *, kind: bool = False) -> dict[str, str]:
+    """The fields that say why a request failed: its method and path, and the error's first
+    line (with its type, for one jobrun did not raise) without the database's password."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    if kind:
+        first = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    database = getattr(request.app.state, "db", None)
+    dsn = database.client.dsn if database is not None else None
+    return {"method": request.method, "path": request.url.path,
+            "error": redact_text(first, dsn)}
+
+
+def _jobrun_error(request: Request, exc: JobrunError) -> JSONResponse:
     if isinstance(exc, InvalidInput):
         return _invalid(exc)
     if isinstance(exc, NotFound):
@@ -114,9 +134,9 @@ def _jobrun_error(exc: JobrunError) -> JSONResponse:
     if isinstance(exc, (Conflict, Refused)):
         return error_response("conflict", str(exc))
     if isinstance(exc, DatabaseUnavailable):
-        event(log, logging.ERROR, "web.database_unavailable", error=str(exc))
+        event(log, logging.ERROR, "web.database_unavailable", **reason(request, exc))
         return error_response("unavailable", "the database is unavailable; try again later")
-    event(log, logging.ERROR, "web.error", error=str(exc))
+    event(log, logging.ERROR, "web.error", **reason(request, exc))
     return error_response("internal_error", "internal error")
 
 
@@ -140,13 +160,28 @@ def _validation(exc: RequestValidationError) -> JSONResponse:
     return error_response("validation_failed", f"{first[0]}: {first[1]}", fields)
 
 
-def _http(exc: HTTPException) -> JSONResponse:
+def allowed(request: Request) -> str:
+    """The Allow header of the request's path: the methods of every route on it. (Starlette
+    names only the first route that matched the path, and GET /jobs/1 and DELETE /jobs/1 are
+    two routes.)"""
+    methods = {"OPTIONS"}
+    for route in (*request.app.router.routes, *getattr(request.app.state, "routes", ())):
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
+def _http(request: Request, exc: HTTPException) -> Response:
     code = _BY_STATUS.get(exc.status_code, "internal_error")
     if exc.status_code == 400:
         # FastAPI's answer to a body it could not parse at all (e.g. nested too deeply).
         return error_response("invalid_json", "the request body is not valid JSON")
-    message = {404: "no such resource", 405: "method not allowed"}.get(
-        exc.status_code, str(exc.detail))
+    if exc.status_code == 405:
+        allow = allowed(request)
+        if request.method == "OPTIONS":  # what may be done here: an answer, not an error
+            return Response(status_code=204, headers={"Allow": allow})
+        return error_response(code, "method not allowed", headers={"Allow": allow})
+    message = {404: "no such resource"}.get(exc.status_code, str(exc.detail))
     return error_response(code, message, headers=getattr(exc, "headers", None))
 
 
@@ -156,14 +191,14 @@ def install(app: FastAPI) -> None:
     async def on_api(_: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.code, exc.message, exc.fields)
 
-    async def on_jobrun(_: Request, exc: JobrunError) -> JSONResponse:
-        return _jobrun_error(exc)
+    async def on_jobrun(request: Request, exc: JobrunError) -> JSONResponse:
+        return _jobrun_error(request, exc)
 
     async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _validation(exc)
 
-    async def on_http(_: Request, exc: HTTPException) -> JSONResponse:
-        return _http(exc)
+    async def on_http(request: Request, exc: HTTPException) -> Response:
+        return _http(request, exc)
 
     async def on_too_deep(_: Request, exc: RecursionError) -> JSONResponse:
         # JSON the parser took, nested too deeply to check or store.
@@ -171,7 +206,8 @@ def install(app: FastAPI) -> None:
                               {"body": "nested too deeply"})
 
     async def on_other(request: Request, exc: Exception) -> JSONResponse:
-        log.error("web.internal_error %s %s", request.method, request.url.path, exc_info=exc)
+        log.error("web.internal_error", exc_info=exc,
+                  extra={"jobrun_fields": reason(request, exc, kind=True)})
         return error_response("internal_error", "internal error")
 
     app.add_exception_handler(ApiError, on_api)

@@ -65,11 +65,14 @@ def list_jobs(q: Queries, *, statuses: Sequence[str] = (), queue: str | None = N
     return jobs, (str(stopped) if stopped is not None else None), stopped is not None
 
 
+SEARCH_MAX = 255  # characters of GET /jobs?q=
+
+
 def _search_text(text: str | None) -> str | None:
     if text is None or text == "":
         return None
-    if len(text) > 255 or "\x00" in text:
-        raise InvalidInput("invalid q: 1 to 255 characters, no NUL")
+    if len(text) > SEARCH_MAX or "\x00" in text:
+        raise InvalidInput(f"invalid q: 1 to {SEARCH_MAX} characters, no NUL")
     return text
 
 

@@ -19,7 +19,9 @@ from jobrun import ops
 from jobrun.records import AttemptRecord, JobRecord
 from jobrun.web import reads
 from jobrun.web.envelope import ApiError, responses
-from jobrun.web.models import Guarded, NewJob, NewJobs
+from jobrun.web.models import (BIGINT_DIGITS, IDEMPOTENCY_RULE, IF_MATCH_RULE, QUEUE_RULE,
+                               SCHEDULE_RULE, SEARCH_RULE, STATUS_RULE, TASK_RULE, Guarded,
+                               NewJob, NewJobs, given, stated)
 from jobrun.web.pool import Database
 
 router = APIRouter(prefix="/api/v1")
@@ -66,7 +68,10 @@ def _if_match(header: str | None) -> int | None:
     return int(text)
 
 
-IfMatch = Annotated[Optional[str], Header(alias="If-Match", description="Expected job version")]
+# next_cursor of GET /jobs: a job id.
+JOB_CURSOR_RULE = stated(pattern=f"^[0-9]{{1,{BIGINT_DIGITS}}}$")
+IfMatch = Annotated[Optional[str], Header(alias="If-Match", description="Expected job version",
+                                          **IF_MATCH_RULE)]
 GuardBody = Annotated[Optional[Guarded], Body()]
 
 
@@ -86,7 +91,8 @@ Version = Annotated[Optional[int], Depends(expected_version)]
              responses={200: {"description": "idempotent replay: the stored job"},
                         **responses(*WRITE, "conflict")})
 async def enqueue(request: Request, job: NewJob,
-                  idempotency_key: Annotated[Optional[str], Header(alias="Idempotency-Key")] = None):
+                  idempotency_key: Annotated[Optional[str], Header(
+                      alias="Idempotency-Key", **given(IDEMPOTENCY_RULE))] = None):
     """Enqueue one job. 201 when created; 200 when the idempotency key names a stored job
     with the same task and payload; 409 when it names one with another."""
     key = job.idempotency_key
@@ -116,12 +122,17 @@ async def enqueue_batch(request: Request, batch: NewJobs):
 @router.get("/jobs", responses=responses(*READ))
 async def list_jobs(
     request: Request,
-    status: Annotated[list[str], Query(description="Repeatable; any of them matches")] = [],
-    queue: Optional[str] = None, task: Optional[str] = None,
-    schedule: Annotated[Optional[str], Query(description="Jobs made by this schedule")] = None,
-    q: Annotated[Optional[str], Query(description="Substring of id, task or idempotency key")] = None,
+    status: Annotated[list[str], Query(description="Repeatable; any of them matches",
+                                       **STATUS_RULE)] = [],
+    queue: Annotated[Optional[str], Query(**given(QUEUE_RULE))] = None,
+    task: Annotated[Optional[str], Query(**given(TASK_RULE))] = None,
+    schedule: Annotated[Optional[str], Query(description="Jobs made by this schedule",
+                                             **given(SCHEDULE_RULE))] = None,
+    q: Annotated[Optional[str], Query(description="Substring of id, task or idempotency key",
+                                      **given(SEARCH_RULE))] = None,
     limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
-    cursor: Annotated[Optional[str], Query(description="next_cursor of the previous page")] = None,
+    cursor: Annotated[Optional[str], Query(description="next_cursor of the previous page",
+                                           **given(JOB_CURSOR_RULE))] = None,
 ):
     """Jobs newest first: {"jobs": [...], "next_cursor": str | null, "partial": bool}.
     A request looks at no more than 5,000 jobs; "partial": true means it stopped there with
@@ -134,7 +145,10 @@ async def list_jobs(
                   "partial": partial})
 
 
-@router.get("/jobs/{job_id}", response_model=JobRecord, responses=responses(*READ, "not_found"))
+# {job_id:int}: a path that is not a number (/jobs/batch) is not a job's, so a GET there is a
+# 405 naming POST, not a 422 about the id.
+@router.get("/jobs/{job_id:int}", response_model=JobRecord,
+            responses=responses(*READ, "not_found"))
 async def get_job(request: Request, job_id: JobId):
     """One job; its ETag is its version."""
     return job_reply(await db(request).run(ops.get(db(request).q, job_id)))
@@ -148,25 +162,25 @@ async def change(request: Request, op, job_id: int, version: int | None) -> JSON
 CHANGE = {"response_model": JobRecord, "responses": responses(*WRITE, "not_found", "conflict")}
 
 
-@router.delete("/jobs/{job_id}", **CHANGE)
+@router.delete("/jobs/{job_id:int}", **CHANGE)
 async def delete_job(request: Request, job_id: JobId, version: Version):
     """Delete a finished job (succeeded, dead or cancelled) and its attempts; returns it."""
     return await change(request, ops.delete, job_id, version)
 
 
-@router.post("/jobs/{job_id}/cancel", **CHANGE)
+@router.post("/jobs/{job_id:int}/cancel", **CHANGE)
 async def cancel_job(request: Request, job_id: JobId, version: Version):
     """Cancel a queued job now, or ask a leased one to stop (cancel_requested)."""
     return await change(request, ops.cancel, job_id, version)
 
 
-@router.post("/jobs/{job_id}/retry", **CHANGE)
+@router.post("/jobs/{job_id:int}/retry", **CHANGE)
 async def retry_job(request: Request, job_id: JobId, version: Version):
     """Put a dead or cancelled job back in its queue with its attempts reset."""
     return await change(request, ops.retry, job_id, version)
 
 
-@router.get("/jobs/{job_id}/attempts", response_model=list[AttemptRecord],
+@router.get("/jobs/{job_id:int}/attempts", response_model=list[AttemptRecord],
             responses=responses(*READ, "not_found"))
 async def job_attempts(request: Request, job_id: JobId):
     """The job's finished attempts, oldest first, each with its log."""
@@ -174,7 +188,7 @@ async def job_attempts(request: Request, job_id: JobId):
     return reply([a.to_dict() for a in found])
 
 
-@router.get("/jobs/{job_id}/attempts/{attempt}/logs", responses=responses(*READ, "not_found"))
+@router.get("/jobs/{job_id:int}/attempts/{attempt}/logs", responses=responses(*READ, "not_found"))
 async def attempt_logs(request: Request, job_id: JobId,
                        attempt: Annotated[int, Path(ge=1, le=2**31 - 1)]):
     """What the handler logged in attempt number `attempt` (one entry per run with that

@@ -11,10 +11,15 @@ from fastapi import APIRouter, Path, Query, Request
 from jobrun import ops, validate
 from jobrun.web import reads
 from jobrun.web.envelope import responses
-from jobrun.web.routes_jobs import READ, WRITE, db, reply
+from jobrun.web.models import OUTCOME_RULE, QUEUE_RULE, TASK_RULE, given, stated
+from jobrun.web.routes_jobs import READ, db, reply
 
 router = APIRouter(prefix="/api/v1")
-Name = Annotated[str, Path(max_length=200)]
+Name = Annotated[str, Path(max_length=200, **given(TASK_RULE))]
+# next_cursor of GET /attempts: "<finished_at, RFC 3339>,<job id>,<lease token>".
+ATTEMPT_CURSOR_RULE = stated(pattern=(
+    "^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    "([.][0-9]{1,6})?([+-](0[0-9]|1[0-3]):[0-5][0-9]|Z)?,[0-9]{1,18},[0-9]{1,18}$"))
 
 
 @router.get("/healthz", responses=responses("internal_error", "unavailable"))
@@ -32,10 +37,13 @@ def _now(q):
 @router.get("/attempts", responses=responses(*READ))
 async def attempts_feed(
     request: Request,
-    outcome: Annotated[list[str], Query(description="Repeatable; any of them matches")] = [],
-    task: Optional[str] = None, queue: Optional[str] = None,
+    outcome: Annotated[list[str], Query(description="Repeatable; any of them matches",
+                                        **OUTCOME_RULE)] = [],
+    task: Annotated[Optional[str], Query(**given(TASK_RULE))] = None,
+    queue: Annotated[Optional[str], Query(**given(QUEUE_RULE))] = None,
     limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE)] = 50,
-    cursor: Optional[str] = None,
+    cursor: Annotated[Optional[str], Query(description="next_cursor of the previous page",
+                                           **given(ATTEMPT_CURSOR_RULE))] = None,
 ):
     """Finished attempts across jobs, newest first: {"attempts": [...], "next_cursor"}."""
     d = db(request)

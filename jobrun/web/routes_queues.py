@@ -13,34 +13,43 @@ from datetime import datetime
 from typing import Annotated, Any, Optional, Union
 
 from fastapi import APIRouter, Header, Path, Query, Request
-from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
-from jobrun import queues
+from jobrun import queue_rules, queues
 from jobrun.web import reads
 from jobrun.web.envelope import ApiError, responses
-from jobrun.web.models import _Strict
+from jobrun.web.models import (AGING_RULE, ATTEMPTS_RULE, COUNT_RULE, IF_MATCH_RULE,
+                               PRIORITY_RULE, QUEUE_RULE, RATE_RULE, RETENTION_RULE,
+                               VERSION_RULE, WholeInt, _Strict, given)
 from jobrun.web.routes_jobs import READ, WRITE, _if_match, db, reply
 
 router = APIRouter(prefix="/api/v1")
-Name = Annotated[str, Path(max_length=200, description="Queue name")]
+Name = Annotated[str, Path(max_length=200, description="Queue name", **QUEUE_RULE)]
 Seconds = Optional[Union[StrictInt, StrictFloat, StrictStr]]
 
 
 class QueueSettings(_Strict):
-    concurrency: Optional[StrictInt] = Field(
-        None, description="At most this many of its jobs leased across all masters; null: no limit")
+    concurrency: Optional[WholeInt] = Field(
+        None, description="At most this many of its jobs leased across all masters; null: no limit",
+        **COUNT_RULE)
     rate: Optional[StrictStr] = Field(
-        None, description="At most COUNT starts per PERIOD, e.g. 50/s, 1000/m, 5/2s; null: none")
+        None, description="At most COUNT starts per PERIOD, e.g. 50/s, 1000/m, 5/2s; null: none",
+        **RATE_RULE)
     aging: Seconds = Field(
-        None, description="Seconds (or 30s, 5m) per priority step a waiting job gains; null: off")
-    priority_default: Optional[StrictInt] = Field(
-        None, description="Priority of jobs enqueued without one, -100..100")
-    max_attempts: Optional[StrictInt] = Field(
-        None, description="Attempt limit of jobs enqueued without one, 1..1000; null: 5")
+        None, description="Seconds (or 30s, 5m) per priority step a waiting job gains; null: off",
+        **AGING_RULE)
+    priority_default: Optional[WholeInt] = Field(
+        None, description="Priority of jobs enqueued without one, -100..100",
+        **given(PRIORITY_RULE, "integer"))
+    max_attempts: Optional[WholeInt] = Field(
+        None, description="Attempt limit of jobs enqueued without one, 1..1000; null: 5",
+        **ATTEMPTS_RULE)
     retention: Seconds = Field(
-        None, description="Seconds (or 7d) its finished jobs are kept; null: the purge's default")
-    key_concurrency: Optional[StrictInt] = Field(
-        None, description="At most this many running jobs per concurrency key")
+        None, description="Seconds (or 7d) its finished jobs are kept; null: the purge's default",
+        **RETENTION_RULE)
+    key_concurrency: Optional[WholeInt] = Field(
+        None, description="At most this many running jobs per concurrency key",
+        **given(COUNT_RULE, "integer"))
 
     def given(self, *skip: str) -> dict[str, Any]:
         """The settings the request names (null included: it clears one)."""
@@ -48,12 +57,17 @@ class QueueSettings(_Strict):
 
 
 class NewQueue(QueueSettings):
-    name: StrictStr
+    name: StrictStr = Field(**QUEUE_RULE)
 
 
 class QueueChange(QueueSettings):
-    version: Optional[StrictInt] = Field(
-        None, description="Change only while the queue is at this version (else 409)")
+    # A change names at least one setting (a version alone changes nothing: a 422).
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "anyOf": [{"required": [name]} for name in queue_rules.SETTINGS]})
+
+    version: Optional[WholeInt] = Field(
+        None, description="Change only while the queue is at this version (else 409)",
+        **VERSION_RULE)
 
 
 class QueueView(BaseModel):
@@ -108,7 +122,8 @@ async def create_queue(request: Request, body: NewQueue):
 @router.patch("/queues/{name}", **ONE, responses=responses(*WRITE, "not_found", "conflict"))
 async def update_queue(request: Request, name: Name, body: QueueChange,
                        if_match: Annotated[Optional[str], Header(
-                           alias="If-Match", description="Expected queue version")] = None):
+                           alias="If-Match", description="Expected queue version",
+                           **IF_MATCH_RULE)] = None):
     """Change the settings the body names (null clears one); live on every master at once."""
     version, header = body.version, _if_match(if_match)
     if version is not None and header is not None and version != header:

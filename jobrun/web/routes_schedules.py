@@ -3,39 +3,66 @@ as ``jobrun schedule`` and ``Client.schedules``."""
 
 from __future__ import annotations
 
+import zoneinfo
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import AwareDatetime, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AwareDatetime, Field, StrictBool, StrictStr
 
 from jobrun import schedules
+from jobrun.policy import cron
 from jobrun.schedules import ScheduleRecord
 from jobrun.web.envelope import responses
-from jobrun.web.models import _Strict
+from jobrun.web.models import (ATTEMPTS_RULE, CATCH_UP_RULE, PRIORITY_RULE, QUEUE_RULE,
+                               SCHEDULE_RULE, TASK_RULE, WholeInt, _Strict, stated)
 from jobrun.web.routes_jobs import READ, WRITE, db, reply
 
 router = APIRouter(prefix="/api/v1")
-Name = Annotated[str, Path(max_length=200, description="Schedule name")]
+Name = Annotated[str, Path(max_length=200, description="Schedule name", **SCHEDULE_RULE)]
 NEXT_FIRES = 5  # fire times shown ahead
 
 
+def _cron_pattern() -> str:
+    """The expressions the document offers: an alias, or five fields each '*', '*/N' or one
+    value in its range (days to 28, so every month has one). The server takes croniter's whole
+    grammar (lists, ranges, names, a seconds field); JSON Schema cannot state which of those
+    fire, so the document states this subset, all of which do."""
+    fields = ("[1-5]?[0-9]", "1?[0-9]|2[0-3]", "[1-9]|1[0-9]|2[0-8]", "[1-9]|1[0-2]", "[0-6]")
+    five = " ".join(f"(\\*(/[1-9])?|{f})" for f in fields)
+    return f"^({'|'.join(cron.ALIASES)}|{five})$"
+
+
+def _zones(schema: dict[str, Any]) -> None:
+    """IANA zones as Area/Location (and UTC): built when the document is, not at import."""
+    schema["anyOf"] = [{"type": "string", "enum": ["UTC", *sorted(
+        z for z in zoneinfo.available_timezones()
+        if "/" in z and not z.startswith(("posix/", "right/")))]}, {"type": "null"}]
+
+
+CRON_RULE = stated(pattern=_cron_pattern())
+ZONE_RULE = {"json_schema_extra": _zones}
+
+
 class ScheduleFields(_Strict):
-    cron: Optional[StrictStr] = Field(None, description="5 fields, 6 with seconds, or @daily ...")
-    task: Optional[StrictStr] = None
+    cron: Optional[StrictStr] = Field(None, description="5 fields, 6 with seconds, or @daily ...",
+                                      **CRON_RULE)
+    task: Optional[StrictStr] = Field(None, **TASK_RULE)
     payload: Any = Field(None, description="Any JSON value")
-    queue: Optional[StrictStr] = None
-    priority: Optional[StrictInt] = None
-    max_attempts: Optional[StrictInt] = None
-    timezone: Optional[StrictStr] = Field(None, description="IANA zone (default UTC)")
+    queue: Optional[StrictStr] = Field(None, **QUEUE_RULE)
+    priority: Optional[WholeInt] = Field(None, **PRIORITY_RULE)
+    max_attempts: Optional[WholeInt] = Field(None, **ATTEMPTS_RULE)
+    timezone: Optional[StrictStr] = Field(None, description="IANA zone (default UTC)",
+                                          **ZONE_RULE)
     starts_at: Optional[AwareDatetime] = None
     ends_at: Optional[AwareDatetime] = None
-    catch_up: Optional[StrictStr] = Field(None, description="latest (default), all or none")
+    catch_up: Optional[StrictStr] = Field(None, description="latest (default), all or none",
+                                          **CATCH_UP_RULE)
 
 
 class NewSchedule(ScheduleFields):
-    name: StrictStr
-    cron: StrictStr
-    task: StrictStr
+    name: StrictStr = Field(**SCHEDULE_RULE)
+    cron: StrictStr = Field(description="5 fields, 6 with seconds, or @daily ...", **CRON_RULE)
+    task: StrictStr = Field(**TASK_RULE)
     paused: StrictBool = False
 
 

@@ -19,7 +19,7 @@ import socket
 import stat
 from dataclasses import dataclass
 
-from jobrun import config
+from jobrun import config, logs
 from jobrun.errors import InvalidInput
 from jobrun.web import DEFAULT_BIND, REQUEST_TIMEOUT
 from jobrun.web.guard import loopback_hosts
@@ -126,12 +126,12 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
     limits = Limits.for_descriptors(descriptor_limit(), request_timeout, max_connections)
     socks = listen(where)
     setproctitle.setproctitle(f"jobrun web {where.host}:{where.port}")
-    logging.getLogger("jobrun.web").setLevel(settings.log_level.upper())
     # At the cap uvicorn answers each request 503; connections.py closes what is past it.
     server = uvicorn.Server(uvicorn.Config(
         app, host=where.host, port=where.port, loop="uvloop", lifespan="on",
         http=Admission(limits).protocol(), limit_concurrency=limits.max_connections + 1,
         access_log=False, server_header=False, proxy_headers=False,
+        log_config=logs.uvicorn_config(settings.log_format, settings.log_level),
         log_level=settings.log_level, timeout_graceful_shutdown=GRACEFUL_TIMEOUT))
     logging.getLogger("uvicorn.error").info(
         "jobrun web listening on http://%s (request timeout %g s, at most %d connections)",
