@@ -1,21 +1,16 @@
-"""Which way jobrun's imports run.
-
-- ``jobrun web`` serves the read model (jobrun/observe.py); it must not load the operator's
-  command line (jobrun.admin), its terminal library (rich) or termios to get it.
-- No two of jobrun's modules import each other, directly or round a longer loop: a module-level
+"""Which way jobrun's imports run: no two of jobrun's modules import each other, directly or round a longer loop: a module-level
   import (under ``if TYPE_CHECKING`` too, which states the same dependency) is an edge of the
   graph, and the graph has no cycle. A loop is how "the lower module needs the upper one"
   starts; the fix is a module below both (as redact.py, observe.py and admin/options.py are).
 
-Each check has a twin that shows it can fail: the probe sees rich and termios where they are
-loaded, the cycle finder finds the cycles of small graphs and of a small package on disk.
+The cycle finder has a twin that shows it can fail: it finds the cycles of small graphs and
+of a small package on disk. What ``jobrun web`` loads is checked in a fresh interpreter
+(tests/acceptance/test_import_probe.py).
 """
 
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,25 +18,6 @@ import pytest
 pytestmark = pytest.mark.unit
 
 JOBRUN = Path(__file__).resolve().parents[2] / "jobrun"
-NOT_FOR_THE_WEB = ("jobrun.admin", "rich", "termios")
-
-
-def loaded_by(module: str, prefixes: tuple[str, ...]) -> list[str]:
-    """The modules under ``prefixes`` that importing ``module`` loads in a fresh interpreter."""
-    code = (f"import sys, {module}; print(' '.join(sorted(m for m in sys.modules"
-            f" if m.split('.')[0] in {prefixes!r} or m.startswith({prefixes!r}))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
-    return out.split()
-
-
-def test_the_web_loads_neither_the_command_line_nor_the_terminal() -> None:
-    assert loaded_by("jobrun.web.app", NOT_FOR_THE_WEB) == []
-
-
-def test_the_probe_sees_what_the_terminal_view_loads() -> None:
-    loaded = loaded_by("jobrun.admin.top", NOT_FOR_THE_WEB)
-    assert {"jobrun.admin", "jobrun.admin.top", "rich", "termios"} <= set(loaded)
 
 
 # --- the module graph and its cycles ------------------------------------------------------
