@@ -94,6 +94,18 @@ def setting(default: Any = dataclasses.MISSING, read: Callable[[Any], Any] = _te
 _duration = validate.duration
 
 
+# The longest lease a master takes (lease_ttl): the reaper takes a lease that ends later than
+# this from now as written by no master (reap_expired), so none holds a job for years.
+MAX_LEASE_TTL = 86400.0
+
+
+def _lease_ttl(value: Any) -> float:
+    secs = _duration(value)
+    if secs > MAX_LEASE_TTL:
+        raise InvalidInput(f"invalid duration {value!r}: a lease lasts at most 1 day")
+    return secs
+
+
 def _age(value: Any) -> float:
     """A duration the database subtracts from now() (retention): at most 100 years."""
     secs = _duration(value)
@@ -129,7 +141,7 @@ class Settings:
     time_limit: float = setting(0.0, _duration)  # seconds; 0 = none
     soft_time_limit: float = setting(0.0, _duration)
     grace: float = setting(30.0, _duration)
-    lease_ttl: float = setting(30.0, _duration)
+    lease_ttl: float = setting(30.0, _lease_ttl)  # at most MAX_LEASE_TTL
     schedule_lease_ttl: float = setting(10.0, _duration)  # leader lease; takeover in ttl * 4/3
     retention: float = setting(7 * 86400.0, _age)
     metrics_addr: str = setting("127.0.0.1:9110", reload=False)

@@ -1,7 +1,8 @@
 """The "nothing lost" check, one SQL query shared by the tests.
 
 Every job is settled (succeeded, dead, cancelled) or pending with attempts below its maximum;
-no lease is stuck past its TTL plus the reaper's period; no job started more than
+no lease is stuck past its TTL plus the reaper's period, nor ends later than the longest a
+master takes (config.MAX_LEASE_TTL); no job started more than
 max_attempts times; and each succeeded transactional job has its effects exactly once
 (one processed_effects row and, when the test keeps an ``effects`` table, one row there).
 Returns the violations; an empty list means nothing was lost.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from psycopg import sql
 from psycopg.rows import tuple_row
 
+from jobrun.config import MAX_LEASE_TTL
 from jobrun.testing import wait_for
 
 NOTHING_LOST = """
@@ -31,6 +33,10 @@ SELECT 'started too often', j.id FROM {schema}.jobs j WHERE j.attempts > j.max_a
 UNION ALL
 SELECT 'lease stuck', j.id FROM {schema}.jobs j
  WHERE j.status = 'leased' AND j.lease_expires_at < now() - make_interval(secs => %(slack)s)
+UNION ALL
+SELECT 'lease past the bound', j.id FROM {schema}.jobs j
+ WHERE j.status = 'leased'
+   AND (j.lease_expires_at IS NULL OR j.lease_expires_at > now() + make_interval(secs => %(max_lease)s))
 UNION ALL
 SELECT 'effects not once', j.id FROM {schema}.jobs j
  WHERE j.status = 'succeeded' AND j.task = ANY(%(transactional)s)
@@ -116,7 +122,8 @@ def _run(conn, schema: str, text: str, params: dict) -> list:
 def nothing_lost(conn, schema: str, *, transactional=("effect",), slack: float = 10.0) -> list:
     cur = conn.cursor(row_factory=tuple_row)
     text = NOTHING_LOST + (EFFECTS_ONCE if _exists(cur, schema, "effects") else "")
-    return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional)})
+    return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional),
+                                     "max_lease": MAX_LEASE_TTL})
 
 
 def violations(conn, schema: str, *, transactional=("effect",), recorded=("record", "effect"),
@@ -132,7 +139,7 @@ def violations(conn, schema: str, *, transactional=("effect",), recorded=("recor
         text += STARTS_BOUNDED
     return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional),
                                      "recorded": list(recorded), "intended": list(intended),
-                                     "enqueued": list(enqueued)})
+                                     "enqueued": list(enqueued), "max_lease": MAX_LEASE_TTL})
 
 
 @dataclass

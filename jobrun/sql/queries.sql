@@ -412,13 +412,19 @@ UPDATE {schema}.jobs j
 RETURNING j.id, j.cancel_requested
 
 -- name: reap_expired
--- Requeue (with its task's backoff), kill or cancel up to `limit` jobs whose lease expired (or that are leased with no expiry, which no claim writes), through finish_jobs, each guarded by the token read.
+-- Requeue (with its task's backoff), kill or cancel up to `limit` jobs whose lease expired (or that no master's claim wrote: no expiry, or one past `max_lease` seconds ahead), through finish_jobs, each guarded by the token read.
 -- The backoff ladders of the tasks in `tasks` are theirs (bases, factors, caps); any other
--- task's is the default (base, factor, cap): see jobrun/worker/reaper.py.
+-- task's is the default (base, factor, cap): see jobrun/worker/reaper.py. A claim and a
+-- heartbeat set the expiry to now() + the master's lease_ttl, which is at most max_lease
+-- (jobrun/config.py's MAX_LEASE_TTL), so a lease ending later was written by no master and
+-- would otherwise hold its job for as long as it says.
 WITH x AS (
-    SELECT id, lease_token, lease_owner, task, attempts, max_attempts, cancel_requested
+    SELECT id, lease_token, lease_owner, task, attempts, max_attempts, cancel_requested,
+           lease_expires_at > now() + make_interval(secs => %(max_lease)s::float8) AS too_long
       FROM {schema}.jobs
-     WHERE status = 'leased' AND (lease_expires_at < now() OR lease_expires_at IS NULL)
+     WHERE status = 'leased'
+       AND (lease_expires_at < now() OR lease_expires_at IS NULL
+            OR lease_expires_at > now() + make_interval(secs => %(max_lease)s::float8))
      ORDER BY lease_expires_at NULLS FIRST
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -430,8 +436,11 @@ WITH x AS (
            random() * {schema}.retry_ceiling(x.attempts, coalesce(p.base, %(base)s::float8),
                                              coalesce(p.factor, %(factor)s::float8),
                                              coalesce(p.cap, %(cap)s::float8)) AS delay,
-           'lease expired: its holder (' || coalesce(x.lease_owner, '?') || ') stopped renewing it'
-               AS error
+           CASE WHEN x.too_long
+                THEN 'lease ends later than any master takes one (' || coalesce(x.lease_owner, '?')
+                     || '): no master wrote it'
+                ELSE 'lease expired: its holder (' || coalesce(x.lease_owner, '?')
+                     || ') stopped renewing it' END AS error
       FROM x
       LEFT JOIN unnest(%(tasks)s::text[], %(bases)s::float8[], %(factors)s::float8[],
                        %(caps)s::float8[]) AS p(task, base, factor, cap) ON p.task = x.task

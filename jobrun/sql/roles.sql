@@ -27,12 +27,18 @@ $roles$;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC;
 
 -- name: roles_grant_producer
--- The producer enqueues (the SQL functions, or the client's own inserts) and reads jobs and their attempts; it cannot lease, update or delete.
+-- The producer adds queued jobs (the SQL functions, or the client's own inserts) and reads jobs, their attempts and queues; it cannot lease, update or delete.
 GRANT USAGE ON SCHEMA {schema} TO {{producer}};
 GRANT SELECT ON {schema}.queues, {schema}.jobs, {schema}.job_attempts TO {{producer}};
--- The client inserts plain jobs itself (one statement, no function call); the functions run
--- with the caller's rights, so they need the insert too.
-GRANT INSERT ON {schema}.jobs TO {{producer}};
+-- The functions run as their owner (SECURITY DEFINER) and need nothing more. The client
+-- inserts jobs without an idempotency key itself (one statement, no function call), so the
+-- producer may insert the columns a new job chooses, and only those: status, attempts,
+-- crashes, the lease, cancel_requested, version and the timestamps take their defaults, so a
+-- row it adds is queued, unleased and never started. A table-wide INSERT (granted before) is
+-- taken back first. Its payloads are checked against the cap by a trigger (migration 0015).
+REVOKE INSERT ON {schema}.jobs FROM {{producer}};
+GRANT INSERT (id, queue, task, payload, priority, run_at, max_attempts, traceparent,
+              concurrency_key) ON {schema}.jobs TO {{producer}};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {{producer}};
 DO $grant$
 DECLARE

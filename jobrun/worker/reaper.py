@@ -29,6 +29,7 @@ import psycopg
 
 from jobrun.store.driver import drive_async
 from jobrun import ops
+from jobrun.config import MAX_LEASE_TTL
 from jobrun.worker.leader import Elector, while_leading
 from jobrun.worker.lifecycle import PeriodicDbService
 from jobrun.logs import event
@@ -46,10 +47,11 @@ def reap_params(limit: int, policies: Mapping[str, RetryPolicy],
     which computes RetryPolicy.ceiling in logarithms: a ladder with a value that is not finite
     or a factor that is not positive is not sent (its task's jobs take the default), and no
     cap goes beyond the longest delay there is (validate.MAX_DELAY: an interval out of range
-    would fail the whole statement)."""
+    would fail the whole statement). ``max_lease``: the longest lease a master takes
+    (config.MAX_LEASE_TTL); one ending later is reaped at once."""
     usable = {task: p for task, p in policies.items()
               if all(math.isfinite(v) for v in (p.base, p.factor, p.cap)) and p.factor > 0}
-    return {"limit": limit, "base": default.base, "factor": default.factor, "cap": default.cap,
+    return {"limit": limit, "max_lease": MAX_LEASE_TTL, "base": default.base, "factor": default.factor, "cap": default.cap,
             "tasks": list(usable), "bases": [p.base for p in usable.values()],
             "factors": [p.factor for p in usable.values()],
             "caps": [min(p.cap, MAX_DELAY) for p in usable.values()]}
