@@ -59,7 +59,7 @@ def run(
     time_limit: Optional[str] = typer.Option(None, "--time-limit", help="hard limit per job (child killed)"),
     soft_time_limit: Optional[str] = typer.Option(None, "--soft-time-limit", help="raises SoftTimeLimit in the handler"),
     grace: Optional[str] = typer.Option(None, "--grace", help="drain time on SIGTERM (default 30s)"),
-    lease_ttl: Optional[str] = typer.Option(None, "--lease-ttl", help="lease length; renewed every ttl/3 (default 30s)"),
+    lease_ttl: Optional[str] = typer.Option(None, "--lease-ttl", help="lease length, at most 1d; renewed every ttl/3 (default 30s)"),
     retention: Optional[str] = typer.Option(None, "--retention", help="purge finished jobs older than this (default 7d; 0 = never)"),
     metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9110; off to disable)"),
     metrics_allow_remote: bool = typer.Option(False, "--metrics-allow-remote", help="allow a non-loopback --metrics-addr"),
