@@ -163,7 +163,7 @@ def database_line(report: dict) -> str | None:
 def _state_dir(ctx: typer.Context, state_dir: Path | None) -> Path:
     if state_dir is not None:
         return state_dir
-    return Path(session(ctx, None, None, False).settings().state_dir)
+    return config.state_path(session(ctx, None, None, False).settings())
 
 
 StateDir = Annotated[Optional[Path], typer.Option(
