@@ -19,7 +19,9 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
 if [ "$1" = "-c" ] && [ -n "${3:-}" ]; then exec python3 "$@"; fi  # bin/test reads pyproject
 if [ "$1" = "-c" ]; then exit 0; fi
-if [ "$*" = "-m pip install --quiet -r /dev/stdin" ]; then cat >> "$FAKE_LOG"; fi
+if [ "$*" = "-m pip install --quiet -r /dev/stdin" ]; then
+    echo "requirements:" $(cat) >> "$FAKE_LOG"  # one line: the reader of the pipe logs too
+fi
 if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; fi
 """
 
@@ -41,13 +43,12 @@ def _installs(tmp_path: Path) -> list[str]:
     """What pip was asked to install: ``-e PATH`` for jobrun, the requirements read otherwise."""
     log = tmp_path / "log"
     lines = log.read_text().splitlines() if log.exists() else []
-    out, reading = [], False
+    out = []
     for line in lines:
         if "pip install" in line and " -e " in line:
             out.append(line.split(" -e ", 1)[1])
-        elif reading and " " not in line:  # a requirement read from stdin
-            out.append(line)
-        reading = line.endswith("-r /dev/stdin") or (reading and " " not in line)
+        elif line.startswith("requirements:"):
+            out.extend(line.split()[1:])
     return out
 
 
