@@ -42,6 +42,34 @@ def test_every_hint_points_at_a_real_field_and_shadows_none():
     assert not clashing, "a hint would hide a real option"
 
 
+def _api_names() -> set[str]:
+    """Every request body property and query parameter name of the HTTP API."""
+    from jobrun import config
+    from jobrun.web.app import create_app
+
+    doc = create_app(config.Settings(database_url="postgresql://unused@/x")).openapi()
+    names: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if node.get("in") == "query":
+                names.add(node["name"])
+            names.update(node.get("properties", {}))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk({"paths": doc["paths"], "schemas": doc["components"]["schemas"]})
+    return names
+
+
+def test_no_hint_is_the_api_s_own_name():
+    names = _api_names()
+    assert {"max_attempts", "delay", "run_at", "status"} <= names  # the walk finds them
+    assert not set(foreign.FOREIGN) & names
+
+
 def test_hints():
     assert foreign.hint("max_retries").startswith("use max_attempts (")
     assert foreign.hint("ETA").startswith("use run_at (")
