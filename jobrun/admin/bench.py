@@ -93,7 +93,7 @@ class Report:
         counts = ", ".join(f"{n} {status}" for status, n in sorted(self.outcomes.items())
                            if status != "succeeded")
         line = (f"{self.sent - self.outcomes.get('succeeded', 0)} of {self.sent} jobs did not"
-                f" succeed ({counts}); the latencies above are not those of working jobs")
+                f" succeed ({counts}): the latencies are not those of jobs that worked")
         if self.unfinished:
             line += f"; {self.unfinished} had not finished {settle:g}s after the last enqueue"
         if self.top_error:
