@@ -3,7 +3,8 @@
 The config file is the first of ``$JOBRUN_CONFIG``, ``./jobrun.toml``,
 ``/etc/jobrun/jobrun.toml`` that exists (``etc/jobrun.toml`` documents every key). The
 database URL resolves the same way; with none anywhere, jobrun starts (or joins) an embedded
-PostgreSQL kept under ``state_dir``, so every command run from one directory shares it.
+PostgreSQL kept under ``state_dir``, so every command run in one project shares it (a relative
+``state_dir`` is looked for upwards from the working directory, as git finds ``.git``).
 
 ``Settings`` is the table: each line names a setting, its type and default, how it is read,
 its bounds or choices, and whether a SIGHUP applies it to a running master. Every value,
@@ -230,10 +231,18 @@ def put(values: dict[str, Any], key: str, value: Any, source: str,
         values["queue_limits"] = read("queue_limits", value, where)
 
 
+def state_path(settings: Settings) -> Path:
+    """The state directory: a relative state_dir (``.jobrun``) is looked for in the working
+    directory and the directories above it, as git finds ``.git`` (embedded.find_state_dir)."""
+    from jobrun.store.embedded import find_state_dir
+
+    return find_state_dir(Path(settings.state_dir).expanduser(), Path.cwd())
+
+
 def resolve_dsn(settings: Settings) -> str:
     """The database URL to use: the configured one, else the embedded server's."""
     if settings.database_url:
         return settings.database_url
     from jobrun.store.embedded import ensure_server
 
-    return ensure_server(Path(settings.state_dir))
+    return ensure_server(state_path(settings))

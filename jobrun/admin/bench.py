@@ -9,6 +9,12 @@ from the database's own timestamps: enqueue-to-start (first attempt started_at -
 and enqueue-to-finish (last attempt finished_at - created_at) percentiles, the achieved rate
 and the queue's depth sampled each second. It needs a master serving the queue and a task
 that the master's app runs.
+
+Latencies of jobs that failed measure how fast jobrun gives up, not how fast it works: a task
+the master's app does not have ends every job ``dead`` at once, with fine figures. So the report
+counts the jobs by how they ended (``outcomes``) with the most frequent error, and
+:meth:`Report.problem` says what went wrong; ``jobrun bench`` prints it and exits 1 unless
+every job succeeded.
 """
 
 from __future__ import annotations
@@ -70,9 +76,29 @@ class Report:
     drained_after: float | None = None  # seconds from the last enqueue to the last finish
     unfinished: int = 0
     not_succeeded: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)  # final status (or unfinished): jobs
+    top_error: str | None = None  # the most frequent error of the attempts that did not succeed
+    top_error_attempts: int = 0
     depth: list[tuple[float, int, int]] = field(default_factory=list)  # (t, queued, leased)
     to_start_ms: dict[str, float | None] = field(default_factory=dict)
     to_finish_ms: dict[str, float | None] = field(default_factory=dict)
+
+    def problem(self, settle: float) -> str | None:
+        """Why the figures do not measure a healthy run (one line), or None: every job sent
+        succeeded."""
+        if self.sent and self.outcomes.get("succeeded", 0) == self.sent:
+            return None
+        if not self.sent:
+            return "no job was sent"
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(self.outcomes.items())
+                           if status != "succeeded")
+        line = (f"{self.sent - self.outcomes.get('succeeded', 0)} of {self.sent} jobs did not"
+                f" succeed ({counts}): the latencies are not those of jobs that worked")
+        if self.unfinished:
+            line += f"; {self.unfinished} had not finished {settle:g}s after the last enqueue"
+        if self.top_error:
+            line += f"; most frequent error ({self.top_error_attempts} attempts): {self.top_error}"
+        return line
 
 
 class Bench:
@@ -153,6 +179,12 @@ class Bench:
         start = [r["to_start_ms"] for r in rows if r["to_start_ms"] is not None]
         finish = [r["to_finish_ms"] for r in rows if r["to_finish_ms"] is not None]
         report.unfinished = sum(1 for r in rows if r["to_finish_ms"] is None)
+        for r in rows:
+            status = r["status"] if r["to_finish_ms"] is not None else "unfinished"
+            report.outcomes[status] = report.outcomes.get(status, 0) + 1
+        top = observer._connection().execute(self.q.bench_top_error, {"ids": self.ids}).fetchone()
+        if top is not None:
+            report.top_error, report.top_error_attempts = top["error"], top["attempts"]
         report.not_succeeded = sum(1 for r in rows if r["to_finish_ms"] is not None
                                    and r["status"] != "succeeded")
         report.to_start_ms = {f"p{p}": percentile(start, p) for p in PERCENTILES}

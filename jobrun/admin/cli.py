@@ -27,7 +27,7 @@ import psycopg
 import typer
 from setproctitle import setproctitle
 
-from jobrun import __version__, config
+from jobrun import __version__, config, foreign
 from jobrun import ops
 from jobrun.admin import observe_cli, ops_cli
 from jobrun.admin.options import AsJson, Dsn, JobId, Schema, apply_migrations, session
@@ -277,6 +277,10 @@ def main() -> None:
     if bad is not None:
         typer.echo(f"jobrun: error: {bad}", err=True)
         sys.exit(1)
+    said = foreign.option_hint(sys.argv[1:])  # --max-retries: name jobrun's option
+    if said is not None:
+        typer.echo(f"jobrun: error: {said}", err=True)
+        sys.exit(2)
     try:
         app(prog_name="jobrun")
     except JobrunError as exc:

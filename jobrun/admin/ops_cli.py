@@ -163,7 +163,7 @@ def database_line(report: dict) -> str | None:
 def _state_dir(ctx: typer.Context, state_dir: Path | None) -> Path:
     if state_dir is not None:
         return state_dir
-    return Path(session(ctx, None, None, False).settings().state_dir)
+    return config.state_path(session(ctx, None, None, False).settings())
 
 
 StateDir = Annotated[Optional[Path], typer.Option(
@@ -225,8 +225,9 @@ def bench(ctx: typer.Context,
         emit(dataclasses.asdict(report))
     else:
         _print_bench(report)
-    if report.drained_after is None:
-        note(f"{report.unfinished} jobs had not finished {settle:g}s after the last enqueue")
+    problem = report.problem(settle)
+    if problem is not None:
+        note(problem)
         raise typer.Exit(1)
 
 
@@ -234,7 +235,8 @@ def _print_bench(r) -> None:
     typer.echo(f"target {r.rate:g} jobs/s for {r.duration:g}s: sent {r.sent}, achieved"
                f" {r.achieved:.1f} jobs/s, lagged ticks skipped {r.lagged}")
     drained = "-" if r.drained_after is None else f"{r.drained_after:.2f}s"
-    typer.echo(f"all finished {drained} after the last enqueue; not succeeded: {r.not_succeeded}")
+    outcomes = ", ".join(f"{status} {n}" for status, n in sorted(r.outcomes.items()))
+    typer.echo(f"all finished {drained} after the last enqueue; jobs by outcome: {outcomes}")
     table(["ms", "p50", "p95", "p99"],
           [[name, *(("-" if v is None else f"{v:.1f}") for v in series.values())]
            for name, series in (("enqueue to start", r.to_start_ms),

@@ -21,7 +21,6 @@ import psycopg
 import typer
 
 from jobrun import config, observe
-from jobrun.admin.output import note
 from jobrun.client import Client
 from jobrun.redact import redact
 from jobrun.store import db
@@ -57,10 +56,8 @@ class Session:
         if self._client is None:
             settings = self.settings()
             if settings.database_url is None:
-                url = config.resolve_dsn(settings)
-                if apply_migrations(url, settings.schema):
-                    note(f"initialised the embedded PostgreSQL in {settings.state_dir}/"
-                         " (set JOBRUN_DATABASE_URL to use your own server)")
+                url = config.resolve_dsn(settings)  # says where, when it creates one
+                apply_migrations(url, settings.schema)
                 settings = settings.replace(database_url=url)
             self._client = Client(settings=settings)
         return self._client

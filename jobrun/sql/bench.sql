@@ -17,3 +17,12 @@ SELECT j.id, j.status,
   LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
  WHERE j.id = ANY(%(ids)s)
  GROUP BY j.id, j.status, j.created_at
+
+-- name: bench_top_error
+-- The most frequent error of the given jobs' attempts that did not succeed, and how many attempts had it.
+SELECT error, count(*) AS attempts
+  FROM {schema}.job_attempts
+ WHERE job_id = ANY(%(ids)s) AND outcome <> 'succeeded' AND error IS NOT NULL
+ GROUP BY error
+ ORDER BY attempts DESC
+ LIMIT 1

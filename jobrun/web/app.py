@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 
-from jobrun import __version__, config, sdnotify
+from jobrun import __version__, config, foreign, sdnotify
 from jobrun.web import (envelope, events, models, routes_jobs, routes_observe, routes_queues,
                         routes_schedules)
 from jobrun.web.guard import Guard, Policy
@@ -26,8 +26,10 @@ async def known_query_only(request: Request) -> None:
     known = {p.alias for p in route.dependant.query_params} if route is not None else set()
     unknown = sorted(set(request.query_params) - known)
     if unknown:
-        raise envelope.ApiError("validation_failed", f"unknown query parameter {unknown[0]!r}",
-                                {name: "unknown query parameter" for name in unknown})
+        hints = {name: "".join(f"; {h}" for h in [foreign.hint(name)] if h) for name in unknown}
+        raise envelope.ApiError(  # ?state=...: "unknown query parameter 'state'; use status (...)"
+            "validation_failed", f"unknown query parameter {unknown[0]!r}{hints[unknown[0]]}",
+            {name: f"unknown query parameter{hints[name]}" for name in unknown})
 
 
 def create_app(settings: config.Settings, *, token: str | None = None,

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Route
 
+from jobrun import foreign
 from jobrun.errors import (Conflict, DatabaseUnavailable, InvalidInput, JobrunError, NotFound,
                            Refused, StaleVersion, UnknownQueue)
 from jobrun.logs import event
@@ -149,13 +150,25 @@ def _loc(loc: tuple | list) -> str:
     return ".".join(parts) or "body"
 
 
+def _message(error: dict[str, Any]) -> str:
+    """A validation error's message; an unknown field with another job system's name for one
+    of jobrun's (``max_retries``) says which (jobrun.foreign)."""
+    message = str(error.get("msg", "invalid"))
+    loc = error.get("loc", ())
+    if error.get("type") == "extra_forbidden" and loc:
+        known = foreign.hint(str(loc[-1]))
+        if known is not None:
+            return f"unknown field; {known}"
+    return message
+
+
 def _validation(exc: RequestValidationError) -> JSONResponse:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
         return error_response("invalid_json", "the request body is not valid JSON")
     fields = {}
     for e in errors:
-        fields.setdefault(_loc(e.get("loc", ())), str(e.get("msg", "invalid")))
+        fields.setdefault(_loc(e.get("loc", ())), _message(e))
     first = next(iter(fields.items()))
     return error_response("validation_failed", f"{first[0]}: {first[1]}", fields)
 

@@ -25,6 +25,7 @@ def test_bench_against_a_running_master(db_env, tmp_path):
         report = json.loads(done.stdout)
         assert report["sent"] + report["lagged"] == 80
         assert report["sent"] > 0 and report["unfinished"] == 0 and report["not_succeeded"] == 0
+        assert report["outcomes"] == {"succeeded": report["sent"]}
         assert report["drained_after"] is not None
         start, finish = report["to_start_ms"], report["to_finish_ms"]
         assert 0 <= start["p50"] <= start["p95"] <= start["p99"]
@@ -33,6 +34,23 @@ def test_bench_against_a_running_master(db_env, tmp_path):
         text = _jobrun("bench", "--task", "noop", "--rate", "20", "--duration", "1", env=db_env)
         assert text.returncode == 0, text.stderr
         assert "achieved" in text.stdout and "enqueue to finish" in text.stdout
+
+
+def test_a_bench_whose_jobs_fail_says_so_and_exits_1(db_env, tmp_path):
+    """The example app has no task `noop`: every job ends dead at once, with fine latencies."""
+    with MasterProcess(db_env, tmp_path, "-c", "2", app="examples.tasks") as m:
+        m.wait_ready(concurrency=2)
+        done = _jobrun("--json", "bench", "--task", "noop", "--rate", "20", "--duration", "1",
+                       "--producers", "1", env=db_env)
+        assert done.returncode == 1, done.stdout + done.stderr
+        report = json.loads(done.stdout)
+        assert report["sent"] > 0 and report["outcomes"] == {"dead": report["sent"]}
+        assert "unknown task 'noop'" in report["top_error"]
+        assert f"{report['sent']} of {report['sent']} jobs did not succeed" in done.stderr
+        assert "unknown task 'noop'" in done.stderr
+        text = _jobrun("bench", "--task", "noop", "--rate", "10", "--duration", "1", env=db_env)
+        assert text.returncode == 1 and "jobs by outcome: dead" in text.stdout
+        assert "did not succeed" in text.stderr
 
 
 def test_bench_refuses_bad_input(db_env):

@@ -262,14 +262,26 @@ def test_migrate_new_schema_then_enqueue(cli, env, pg_dsn):
 
 
 def test_embedded_zero_setup(tmp_path):
-    """No URL anywhere: the CLI starts the embedded server in ./.jobrun and migrates it."""
+    """No URL anywhere: the CLI starts the embedded server in ./.jobrun, says where, and
+    migrates it; a command run in a subdirectory finds the project's ./.jobrun as git finds
+    .git, instead of creating a second, empty database there."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBRUN_")}
     environ["PWD"] = str(tmp_path)
-    job = ok_json(run(environ, "enqueue", "zero.setup", '{"n": 1}', cwd=tmp_path))
+    first = run(environ, "enqueue", "zero.setup", '{"n": 1}', cwd=tmp_path)
+    job = ok_json(first)
     assert job["created"] is True
+    created = [line for line in first.stderr.splitlines() if "embedded PostgreSQL" in line]
+    assert created == [f"jobrun: creating the embedded PostgreSQL in {tmp_path.resolve()}/.jobrun/"
+                       " (set JOBRUN_DATABASE_URL to use your own server)"]
     listed = ok_json(run(environ, "list", "--json", cwd=tmp_path))
     assert [(j["id"], j["task"], j["payload"]) for j in listed] == [(job["id"], "zero.setup", {"n": 1})]
     assert (tmp_path / ".jobrun" / "pg").is_dir()
+    deeper = tmp_path / "src" / "pkg"
+    deeper.mkdir(parents=True)
+    below = run(dict(environ, PWD=str(deeper)), "list", "--json", cwd=deeper)
+    assert [j["id"] for j in ok_json(below)] == [job["id"]]
+    assert "embedded PostgreSQL" not in below.stderr, "it joined the project's database"
+    assert not (deeper / ".jobrun").exists() and not (tmp_path / "src" / ".jobrun").exists()
 
 
 def test_enqueue_with_a_concurrency_key_and_the_queue_defaults(cli, pg_dsn, schema):
