@@ -132,7 +132,7 @@ WITH RECURSIVE k AS (
 )
 UPDATE {schema}.jobs j
    SET priority = j.priority - due.steps, base_priority = coalesce(j.base_priority, j.priority),
-       aged_at = due.since + due.steps * due.aging, version = j.version + 1
+       aged_at = due.since + due.steps * due.aging  -- bookkeeping: version stays
   FROM due
  WHERE j.id = due.id AND due.steps > 0
 RETURNING j.queue, due.level
