@@ -160,5 +160,5 @@ class NewJobs(_Strict):
 
 class Guarded(_Strict):
     version: Optional[WholeInt] = Field(
-        None, description="Change only while the job is at this version (else 409)",
+        None, description="Change only while the job (or schedule) is at this version (else 409)",
         **VERSION_RULE)
