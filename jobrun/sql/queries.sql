@@ -198,9 +198,9 @@ SELECT k.name AS queue, k.paused,
  ORDER BY k.name
 
 -- name: queue_set_paused
--- Pause or resume a queue (a change of its settings: version and updated_at move); no row when undeclared.
+-- Pause or resume a queue (a change of its settings: version and updated_at move), guarded by an optional version; no row when undeclared or at another version.
 UPDATE {schema}.queues SET paused = %(paused)s, version = version + 1, updated_at = now()
- WHERE name = %(name)s
+ WHERE name = %(name)s AND (%(version)s::bigint IS NULL OR version = %(version)s)
 RETURNING name
 
 -- name: queue_notify

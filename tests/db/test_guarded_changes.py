@@ -1,6 +1,6 @@
-"""Schedule versions guard every change, as job and queue versions do: update, pause, resume
+"""Schedule and queue versions guard every change, as job versions do: update, pause, resume
 and delete with a stale ``if_version`` (``--if-version`` on the command line) are refused with
-the schedule as it is and change nothing; with the current one they go ahead."""
+the schedule or queue as it is and change nothing; with the current one they go ahead."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ def refused(call, current):
     """``call`` is refused as stale, carrying the schedule at version ``current``."""
     with pytest.raises(StaleVersion) as stale:
         call()
-    assert stale.value.current.version == current
+    found = stale.value.current
+    assert (found["version"] if isinstance(found, dict) else found.version) == current
     assert f"at version {current}, not" in str(stale.value)
 
 
@@ -64,3 +65,22 @@ def test_if_version_on_the_schedule_command_line(client, cli):
     assert ok_json(cli("schedule", "update", "nightly", "--cron", "@daily",
                        "--if-version", "3"))["cron"] == "@daily"
     assert ok_json(cli("schedule", "delete", "nightly", "--if-version", "4"))["deleted"] is True
+
+
+def test_a_stale_version_refuses_each_change_of_a_queue(client, cli):
+    client.queue_add("mail")
+    assert client.queue_get("mail")["version"] == 0
+    refused(lambda: client.pause_queue("mail", if_version=3), 0)
+    assert client.queue_get("mail")["paused"] is False
+    assert client.pause_queue("mail", if_version=0)["paused"] is True
+    refused(lambda: client.resume_queue("mail", if_version=0), 1)
+    assert client.resume_queue("mail", if_version=1)["version"] == 2
+    refused(lambda: client.queue_delete("mail", if_version=1), 2)
+    assert client.queue_get("mail")["version"] == 2
+    for args in (("pause", "mail"), ("resume", "mail"), ("delete", "mail")):
+        line = fails(cli("queue", *args, "--if-version", "9"))
+        assert "queue 'mail' is at version 2, not 9" in line, line
+    assert ok_json(cli("queue", "pause", "mail", "--if-version", "2"))["paused"] is True
+    assert ok_json(cli("queue", "delete", "mail", "--if-version", "3"))["name"] == "mail"
+    with pytest.raises(jobrun.NotFound):
+        client.pause_queue("mail", if_version=3)
