@@ -15,6 +15,7 @@ from jobrun.errors import Refused, StaleVersion
 from jobrun.policy import RetryPolicy
 from jobrun.worker.claimer import claim_params
 from jobrun.worker.reaper import reap_params
+from tests.invariants import nothing_lost
 
 OWNER = "test-host:1:abc"
 
@@ -158,3 +159,28 @@ def test_if_version_on_the_command_line(client, db_env):
     gone = cli("delete", str(job.id), "--if-version", "1")
     assert gone.returncode == 0 and json.loads(gone.stdout)["id"] == job.id
     assert cli("retry", str(job.id)).returncode == 1
+
+
+def test_the_invariant_holds_through_renewals_and_sees_a_version_bookkeeping_moved(client):
+    """tests/invariants.py's version rule passes after claims, renewals, a cancel and a
+    completion through the real statements, and fails on a version bumped as the heartbeat
+    once bumped it."""
+    conn, schema = client._connection(), client.settings.schema
+    job = client.enqueue("t.i").job
+    [row] = claim(client)
+    for _ in range(5):
+        heartbeat(client, job.id, row["lease_token"])
+    client.cancel(job.id)
+    complete(client, job.id, row["lease_token"], "cancelled", "cancelled")
+    queued = client.enqueue("t.i").job
+    client.cancel(queued.id)
+    assert client.get(job.id).version == 3 and nothing_lost(conn, schema) == []
+    running = client.enqueue("t.i").job
+    [row] = claim(client)
+    execute(client, f'UPDATE "{schema}".jobs SET version = version + 1 WHERE id = %s',
+            [running.id])  # a renewal that bumped it, as the heartbeat did
+    assert nothing_lost(conn, schema) == []  # one step over: still within 2 per claim
+    execute(client, f'UPDATE "{schema}".jobs SET version = version + 1 WHERE id = %s',
+            [running.id])
+    assert nothing_lost(conn, schema) == [("version moved without a change a user sees",
+                                           running.id)]
