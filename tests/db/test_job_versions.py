@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
+import psycopg
 import pytest
 
 import jobrun
 from jobrun.errors import Refused, StaleVersion
+from jobrun.testing import wait_for
 from jobrun.policy import RetryPolicy
 from jobrun.worker.claimer import claim_params
 from jobrun.worker.reaper import reap_params
@@ -184,3 +187,26 @@ def test_the_invariant_holds_through_renewals_and_sees_a_version_bookkeeping_mov
             [running.id])
     assert nothing_lost(conn, schema) == [("version moved without a change a user sees",
                                            running.id)]
+
+
+def test_a_replay_of_a_job_committed_while_it_waited_reads_the_job(client, pg_dsn):
+    """The enqueue statement's snapshot predates a job another transaction commits while the
+    statement waits on its key: the replay reads the job again rather than answer defaults."""
+    schema = client.settings.schema
+    with psycopg.connect(pg_dsn) as other, psycopg.connect(pg_dsn, autocommit=True) as watch:
+        other.execute(f'INSERT INTO "{schema}".jobs (queue, task, payload, idempotency_key)'
+                      " VALUES ('default', 't.race', '1', 'k-race')")
+        replay: list = []
+        waiter = threading.Thread(target=lambda: replay.append(
+            client.enqueue("t.race", 1, idempotency_key="k-race")))
+        waiter.start()
+        wait_for(lambda: watch.execute(  # the enqueue waits for the inserting transaction
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
+        ).fetchone()[0] == 1, timeout=10, message="the enqueue to wait on the uncommitted key")
+        other.execute(f'UPDATE "{schema}".jobs SET version = 5, lease_token = 2'
+                      " WHERE idempotency_key = 'k-race'")
+        other.commit()
+        waiter.join(timeout=10)
+    [got] = replay
+    assert not got.created and (got.job.version, got.job.lease_token) == (5, 2)
+    assert got.job == client.get(got.job.id)
