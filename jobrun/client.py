@@ -136,10 +136,11 @@ class _Api:
     def queue_list(self, *, conn: Any = None):
         return self._run(queues.list_all(self.queries), conn)
 
-    def queue_delete(self, name: str, *, force: bool = False, conn: Any = None):
+    def queue_delete(self, name: str, *, force: bool = False, if_version: int | None = None,
+                     conn: Any = None):
         """Delete a queue and its finished jobs; refused while it holds queued or leased jobs
         unless ``force`` (which deletes them too)."""
-        return self._run(queues.delete(self.queries, name, force), conn)
+        return self._run(queues.delete(self.queries, name, force, if_version), conn)
 
     def declare_queue(self, name: str, *, conn: Any = None):
         """Declare a queue with default settings (no-op when it exists); returns it."""
@@ -148,11 +149,11 @@ class _Api:
     def queues(self, *, conn: Any = None):
         return self.queue_list(conn=conn)
 
-    def pause_queue(self, name: str, *, conn: Any = None):
-        return self._run(queues.set_paused(self.queries, name, True), conn)
+    def pause_queue(self, name: str, *, if_version: int | None = None, conn: Any = None):
+        return self._run(queues.set_paused(self.queries, name, True, if_version), conn)
 
-    def resume_queue(self, name: str, *, conn: Any = None):
-        return self._run(queues.set_paused(self.queries, name, False), conn)
+    def resume_queue(self, name: str, *, if_version: int | None = None, conn: Any = None):
+        return self._run(queues.set_paused(self.queries, name, False, if_version), conn)
 
     @property
     def schedules(self) -> Schedules:  # recurring schedules: jobrun/schedules.py

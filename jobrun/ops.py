@@ -102,9 +102,17 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
     else:
         yield from _payload_limit_steps(q, limit)
         rows = yield Step(q.enqueue, params)
+        if not rows[0]["created"] and not rows[0]["stored"]:
+            # A replay of a job committed after the statement began: read it as it is now.
+            rows = [{**(yield from _job_row(q, rows[0]["id"])), "created": False, "stored": True}]
     row = dict(rows[0])
     created = row.pop("created")
-    row["concurrency_key"] = params["concurrency_key"]
+    if not row.pop("stored", True):
+        # A new job from the enqueue function: the columns it does not return are NULL in
+        # the row and take their defaults. (A replay's are the stored row's, as it is now.)
+        row = {k: v for k, v in row.items() if v is not None}
+    if created:
+        row["concurrency_key"] = params["concurrency_key"]
     # The stored payload equals ours (a replay with another body is a conflict), so it is not
     # read back from the database.
     stored = json.loads(text) if payload_is_json else payload
@@ -246,11 +254,15 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
     return [(row["id"], row["created"]) for row in rows]
 
 
-def get(q: Queries, job_id: int) -> Op:
+def _job_row(q: Queries, job_id: int) -> Op:
     rows = yield Step(q.get_job, {"id": validate.job_id(job_id)})
     if not rows:
         raise NotFound(f"no job {job_id}")
-    return JobRecord.from_row(rows[0])
+    return rows[0]
+
+
+def get(q: Queries, job_id: int) -> Op:
+    return JobRecord.from_row((yield from _job_row(q, job_id)))
 
 
 def attempts(q: Queries, job_id: int) -> Op:

@@ -5,7 +5,8 @@ Client, AsyncClient, the ``jobrun queue`` commands and ``/api/v1/queues`` alike.
 A queue is returned as a dict: its settings (intervals in seconds; ``rate_limit`` per
 ``rate_period``), ``created_at``, ``updated_at``, ``version``, and its live ``queued``
 (runnable), ``scheduled`` and ``leased`` counts. Every change bumps ``version`` and
-``updated_at`` and NOTIFYs the masters, which read the settings live (docs/queues.md).
+``updated_at`` and NOTIFYs the masters, which read the settings live (docs/queues.md). Every
+change (update, pause, resume, delete) may be guarded by ``if_version``.
 """
 
 from __future__ import annotations
@@ -74,16 +75,23 @@ def update(q: Queries, name: str, if_version: int | None = None, **settings: Any
     return current
 
 
-def set_paused(q: Queries, name: str, paused: bool) -> Op:
-    rows = yield Step(q.queue_set_paused, {"name": validate.queue_name(name), "paused": paused})
+def _stale(name: str, current: dict[str, Any], if_version: int | None) -> StaleVersion:
+    return StaleVersion(f"queue {name!r} is at version {current['version']}, not {if_version}",
+                        current)
+
+
+def set_paused(q: Queries, name: str, paused: bool, if_version: int | None = None) -> Op:
+    rows = yield Step(q.queue_set_paused, {"name": validate.queue_name(name), "paused": paused,
+                                           "version": validate.version(if_version)})
     if not rows:
-        raise NotFound(f"queue {name!r} is not declared")
+        raise _stale(name, (yield from get(q, name)), if_version)  # get: NotFound if undeclared
     if not paused:
         yield from _notify(q, name)
     return (yield from get(q, name))
 
 
-def delete(q: Queries, name: str, force: bool = False) -> Op:
+def delete(q: Queries, name: str, force: bool = False,
+           if_version: int | None = None) -> Op:
     """Delete a queue with its finished jobs. Refused while it holds queued (runnable or
     scheduled) or leased jobs, unless ``force``, which deletes those too (a running attempt's
     outcome is then refused, as for a lost lease); refused while a schedule fires into it.
@@ -91,11 +99,14 @@ def delete(q: Queries, name: str, force: bool = False) -> Op:
     validate.queue_name(name)
     if name == DEFAULT:
         raise Refused(f"queue {DEFAULT!r} cannot be deleted: jobs enqueued without a queue go there")
+    validate.version(if_version)
     before = yield from get(q, name)
-    rows = yield Step(q.queue_delete, {"name": name, "force": bool(force)})
+    rows = yield Step(q.queue_delete, {"name": name, "force": bool(force), "version": if_version})
     r = rows[0]
     if r["found"] is None:
         raise NotFound(f"queue {name!r} is not declared")
+    if if_version is not None and r["version"] != if_version:
+        raise _stale(name, {**before, "version": r["version"]}, if_version)
     if r["schedules"]:
         raise Refused(f"queue {name!r} is the queue of schedule(s) {', '.join(r['schedules'])};"
                       " move or delete them first")

@@ -46,7 +46,7 @@ class JobRecord:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     schedule_id: int | None = None  # the schedule that made the job
-    version: int = 0  # bumped by every change of the row (optimistic concurrency)
+    version: int = 0  # bumped by every change a user sees (optimistic concurrency; concepts.md)
     base_priority: int | None = None  # its priority before aging improved it (None: not aged)
     aged_at: datetime | None = None   # when its last aging step was due (None: not aged)
     concurrency_key: str | None = None  # at most the queue's key_concurrency run at once

@@ -4,6 +4,10 @@ Every rule is checked here, when a schedule is created or changed, never when it
 expression, the zone, the window (``ends_at`` after ``starts_at``, and at least one slot left
 in it), the task, queue, priority, attempts and payload. The first slot is computed on the
 database clock. The leader's fire path is in :mod:`jobrun.worker.scheduler`.
+
+Every change (update, pause, resume, delete) may be guarded by the schedule's ``version``
+(``if_version``): a schedule at another version is a :class:`~jobrun.errors.StaleVersion`
+carrying it as it is, and nothing changes. A change bumps the version; a fire does not.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from jobrun import validate
-from jobrun.errors import Conflict, InvalidInput, NotFound, Refused
+from jobrun.errors import Conflict, InvalidInput, NotFound, Refused, StaleVersion
 from jobrun.ops import LIST_MAX, Op, Step, _undeclared
 from jobrun.policy import cron
 from jobrun.records import JobRecord, _from_row
@@ -171,14 +175,39 @@ def runs(q: Queries, name: str, limit: int = 10) -> Op:
                                          "limit": validate.integer("limit", limit, 0, RUNS_MAX)}))
 
 
+def _stale(current: ScheduleRecord, if_version: int | None) -> StaleVersion | None:
+    """The refusal of a change guarded by ``if_version`` when the schedule is at another."""
+    if if_version is None or current.version == if_version:
+        return None
+    return StaleVersion(f"schedule {current.name!r} is at version {current.version}, not"
+                        f" {if_version}", current)
+
+
+def _guarded(q: Queries, name: str, if_version: int | None) -> Op:
+    """The schedule as it is, if a change guarded by ``if_version`` may go ahead."""
+    validate.version(if_version)
+    current = yield from get(q, name)
+    stale = _stale(current, if_version)
+    if stale:
+        raise stale
+    return current
+
+
+def _changed_meanwhile(q: Queries, name: str, if_version: int | None) -> Op:
+    """Why a change at the version read matched no row: gone, or changed since it was read."""
+    current = yield from get(q, name)
+    raise _stale(current, if_version) or Conflict(f"schedule {name!r} changed meanwhile;"
+                                                  " try again")
+
+
 def update(q: Queries, limit: int, name: str, *, declared: bool | None = None,
-           **changes: Any) -> Op:
+           if_version: int | None = None, **changes: Any) -> Op:
     """Change some fields of a schedule (None: keep). A new expression, zone or window
     starts again from the next slot after now; other changes keep the next slot."""
     unknown = set(changes) - set(_FIELDS) - {"payload_is_json"}
     if unknown:
         raise InvalidInput(f"unknown schedule field(s): {', '.join(sorted(unknown))}")
-    current = yield from get(q, name)
+    current = yield from _guarded(q, name, if_version)
     spec = {f: getattr(current, f) for f in _FIELDS}
     spec.update({k: v for k, v in changes.items() if v is not None})
     if changes.get("payload") is None and "payload_is_json" in changes:
@@ -195,13 +224,13 @@ def update(q: Queries, limit: int, name: str, *, declared: bool | None = None,
         again = yield Step(q.schedule_get, {"name": name})
         if again and again[0]["version"] == current.version:
             raise _undeclared(params["queue"])
-        raise Conflict(f"schedule {name!r} changed meanwhile; try again")
+        yield from _changed_meanwhile(q, name, if_version)
     return ScheduleRecord.from_row(rows[0])
 
 
-def set_paused(q: Queries, name: str, paused: bool) -> Op:
+def set_paused(q: Queries, name: str, paused: bool, if_version: int | None = None) -> Op:
     """Pause (its slots are skipped) or resume (from the next slot after now: no burst)."""
-    current = yield from get(q, name)
+    current = yield from _guarded(q, name, if_version)
     next_at = current.next_fire_at
     if not paused:
         now = yield from _now(q)
@@ -210,18 +239,18 @@ def set_paused(q: Queries, name: str, paused: bool) -> Op:
     rows = yield Step(q.schedule_set_paused, {"name": name, "paused": paused,
                                               "next_fire_at": next_at, "version": current.version})
     if not rows:
-        raise Conflict(f"schedule {name!r} changed meanwhile; try again")
+        yield from _changed_meanwhile(q, name, if_version)
     return ScheduleRecord.from_row(rows[0])
 
 
-def delete(q: Queries, name: str, force: bool = False) -> Op:
-    current = yield from get(q, name)
+def delete(q: Queries, name: str, force: bool = False, if_version: int | None = None) -> Op:
+    current = yield from _guarded(q, name, if_version)
     if current.declared and not force:
         raise Refused(f"schedule {name!r} is declared in code (@app.periodic): remove it there,"
                       " or delete it with --force (a master starting with that code adds it back)")
-    rows = yield Step(q.schedule_delete, {"name": name})
+    rows = yield Step(q.schedule_delete, {"name": name, "version": if_version})
     if not rows:
-        raise NotFound(f"no schedule named {name!r}")
+        yield from _changed_meanwhile(q, name, if_version)
     return ScheduleRecord.from_row(rows[0])
 
 
@@ -288,12 +317,15 @@ class Schedules:
                tz: str | None = None, starts_at: datetime | str | None = None,
                ends_at: datetime | str | None = None, catch_up: str | None = None,
                max_attempts: int | None = None, payload_is_json: bool = False,
-               conn: Any = None):
-        """Change the given fields (None keeps a field)."""
+               if_version: int | None = None, conn: Any = None):
+        """Change the given fields (None keeps a field); with ``if_version``, only while the
+        schedule is at that version (else :class:`~jobrun.errors.StaleVersion`), as for
+        pause, resume and delete."""
         return self._run(update(
             self._api.queries, self._api.limit, name, cron=cron, task=task, payload=payload,
             queue=queue, priority=priority, timezone=tz, starts_at=starts_at, ends_at=ends_at,
-            catch_up=catch_up, max_attempts=max_attempts, payload_is_json=payload_is_json), conn)
+            catch_up=catch_up, max_attempts=max_attempts, payload_is_json=payload_is_json,
+            if_version=if_version), conn)
 
     def get(self, name: str, *, conn: Any = None):
         return self._run(get(self._api.queries, name), conn)
@@ -309,14 +341,15 @@ class Schedules:
         return self._run(jobs(self._api.queries, name, status=status, limit=limit,
                               before=before), conn)
 
-    def pause(self, name: str, *, conn: Any = None):
-        return self._run(set_paused(self._api.queries, name, True), conn)
+    def pause(self, name: str, *, if_version: int | None = None, conn: Any = None):
+        return self._run(set_paused(self._api.queries, name, True, if_version), conn)
 
-    def resume(self, name: str, *, conn: Any = None):
-        return self._run(set_paused(self._api.queries, name, False), conn)
+    def resume(self, name: str, *, if_version: int | None = None, conn: Any = None):
+        return self._run(set_paused(self._api.queries, name, False, if_version), conn)
 
-    def delete(self, name: str, *, force: bool = False, conn: Any = None):
-        return self._run(delete(self._api.queries, name, force), conn)
+    def delete(self, name: str, *, force: bool = False, if_version: int | None = None,
+               conn: Any = None):
+        return self._run(delete(self._api.queries, name, force, if_version), conn)
 
     def sync_declared(self, declared: Iterable[dict[str, Any]], *, conn: Any = None):
         return self._run(sync_declared(self._api.queries, self._api.limit, declared), conn)

@@ -2,9 +2,13 @@
 
 Every job is settled (succeeded, dead, cancelled) or pending with attempts below its maximum;
 no lease is stuck past its TTL plus the reaper's period, nor ends later than the longest a
-master takes (config.MAX_LEASE_TTL); no job started more than
-max_attempts times; and each succeeded transactional job has its effects exactly once
-(one processed_effects row and, when the test keeps an ``effects`` table, one row there).
+master takes (config.MAX_LEASE_TTL); no job started more than max_attempts times; each
+succeeded transactional job has its effects exactly once (one processed_effects row and, when
+the test keeps an ``effects`` table, one row there); and a job's version moved only with
+changes a user sees (docs/concepts.md, "Versions"): at most twice per claim (the claim, and
+the end of that lease: finished, requeued or given back) and once for a cancel, however long
+it ran and however often it was renewed or aged. (A test that retries jobs by hand adds one a
+retry: it is not one of these runs.)
 Returns the violations; an empty list means nothing was lost.
 
 ``after_faults`` is the stricter check the fault suite runs once its faults stopped: it waits
@@ -44,6 +48,9 @@ SELECT 'effects not once', j.id FROM {schema}.jobs j
 UNION ALL
 SELECT 'effects without success', p.job_id FROM {schema}.processed_effects p
   JOIN {schema}.jobs j ON j.id = p.job_id WHERE j.status <> 'succeeded'
+UNION ALL
+SELECT 'version moved without a change a user sees', j.id FROM {schema}.jobs j
+ WHERE j.version > 2 * j.lease_token + (j.status = 'cancelled' OR j.cancel_requested)::int
 """
 
 # When the test keeps its own effects table (one row per committed handler run).

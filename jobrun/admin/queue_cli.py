@@ -71,14 +71,17 @@ def add(ctx: typer.Context, name: QueueName, concurrency: Concurrency = None, ra
     emit({**queue, "created": created})
 
 
+IfVersion = Annotated[Optional[int], typer.Option(
+    "--if-version", metavar="N", show_default=False,
+    help="Only if the queue is still at version N (else exit 1, a conflict).")]
+
+
 @queue_app.command("update")
 def update(ctx: typer.Context, name: QueueName, concurrency: Concurrency = None,
            rate: Rate = None, aging: Aging = None, priority_default: PriorityDefault = None,
            max_attempts: MaxAttempts = None, retention: Retention = None,
            key_concurrency: KeyConcurrency = None,
-           if_version: Annotated[Optional[int], typer.Option(
-               "--if-version", metavar="N", show_default=False,
-               help="Only if the queue is still at version N (else exit 1, a conflict).")] = None,
+           if_version: IfVersion = None,
            dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Change some settings of a queue; live on every master at once."""
     client = session(ctx, dsn, schema, as_json).client()
@@ -115,21 +118,23 @@ def list_(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
 def delete(ctx: typer.Context, name: QueueName,
            force: Annotated[bool, typer.Option(
                "--force", help="Also delete its queued and leased jobs.")] = False,
+           if_version: IfVersion = None,
            dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Delete a queue and its finished jobs; refused while it holds queued or leased jobs
     (unless --force) or a schedule fires into it."""
-    emit(session(ctx, dsn, schema, as_json).client().queue_delete(name, force=force))
+    client = session(ctx, dsn, schema, as_json).client()
+    emit(client.queue_delete(name, force=force, if_version=if_version))
 
 
 @queue_app.command("pause")
-def pause(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
-          as_json: AsJson = False) -> None:
+def pause(ctx: typer.Context, name: QueueName, if_version: IfVersion = None, dsn: Dsn = None,
+          schema: Schema = None, as_json: AsJson = False) -> None:
     """Stop claiming jobs from a queue (running jobs finish)."""
-    emit(session(ctx, dsn, schema, as_json).client().pause_queue(name))
+    emit(session(ctx, dsn, schema, as_json).client().pause_queue(name, if_version=if_version))
 
 
 @queue_app.command("resume")
-def resume(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = None,
-           as_json: AsJson = False) -> None:
+def resume(ctx: typer.Context, name: QueueName, if_version: IfVersion = None, dsn: Dsn = None,
+           schema: Schema = None, as_json: AsJson = False) -> None:
     """Resume claiming jobs from a paused queue."""
-    emit(session(ctx, dsn, schema, as_json).client().resume_queue(name))
+    emit(session(ctx, dsn, schema, as_json).client().resume_queue(name, if_version=if_version))

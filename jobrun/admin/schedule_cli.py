@@ -43,6 +43,9 @@ CatchUp = Annotated[Optional[str], typer.Option(
     help="After downtime: latest (one job, default), all (every missed slot, capped), none.")]
 MaxAttempts = Annotated[Optional[int], typer.Option("--max-attempts", show_default=False,
                                                     help="Starts allowed per job, 1..1000.")]
+IfVersion = Annotated[Optional[int], typer.Option(
+    "--if-version", metavar="N", show_default=False,
+    help="Only if the schedule is still at version N (else exit 1, a conflict).")]
 
 
 def _rfc3339(when: datetime) -> str:
@@ -72,13 +75,14 @@ def update(ctx: typer.Context, name: Name, cron_expr: Cron = None, task: Task = 
            payload: Payload = None, queue: Queue = None, priority: Priority = None,
            tz: Tz = None, starts_at: StartsAt = None, ends_at: EndsAt = None,
            catch_up: CatchUp = None, max_attempts: MaxAttempts = None,
+           if_version: IfVersion = None,
            dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Change the given fields of a schedule; prints it as JSON."""
     s = session(ctx, dsn, schema, as_json)
     record = s.client().schedules.update(
         name, cron=cron_expr, task=task, payload=payload, queue=queue, priority=priority,
         tz=tz, starts_at=starts_at, ends_at=ends_at, catch_up=catch_up,
-        max_attempts=max_attempts, payload_is_json=payload is not None)
+        max_attempts=max_attempts, payload_is_json=payload is not None, if_version=if_version)
     emit(record.to_dict())
 
 
@@ -112,27 +116,31 @@ def get(ctx: typer.Context, name: Name,
 
 
 @schedule_app.command("pause")
-def pause(ctx: typer.Context, name: Name, dsn: Dsn = None, schema: Schema = None,
-          as_json: AsJson = False) -> None:
+def pause(ctx: typer.Context, name: Name, if_version: IfVersion = None, dsn: Dsn = None,
+          schema: Schema = None, as_json: AsJson = False) -> None:
     """Pause a schedule: its slots are skipped until it is resumed."""
-    emit(session(ctx, dsn, schema, as_json).client().schedules.pause(name).to_dict())
+    client = session(ctx, dsn, schema, as_json).client()
+    emit(client.schedules.pause(name, if_version=if_version).to_dict())
 
 
 @schedule_app.command("resume")
-def resume(ctx: typer.Context, name: Name, dsn: Dsn = None, schema: Schema = None,
-           as_json: AsJson = False) -> None:
+def resume(ctx: typer.Context, name: Name, if_version: IfVersion = None, dsn: Dsn = None,
+           schema: Schema = None, as_json: AsJson = False) -> None:
     """Resume a schedule from its next slot after now (no burst of missed slots)."""
-    emit(session(ctx, dsn, schema, as_json).client().schedules.resume(name).to_dict())
+    client = session(ctx, dsn, schema, as_json).client()
+    emit(client.schedules.resume(name, if_version=if_version).to_dict())
 
 
 @schedule_app.command("delete")
 def delete(ctx: typer.Context, name: Name,
            force: Annotated[bool, typer.Option(
                "--force", help="Also delete a schedule declared in code.")] = False,
+           if_version: IfVersion = None,
            dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Delete a schedule (its jobs stay); refuses one declared in code unless --force."""
-    s = session(ctx, dsn, schema, as_json)
-    emit({**s.client().schedules.delete(name, force=force).to_dict(), "deleted": True})
+    client = session(ctx, dsn, schema, as_json).client()
+    emit({**client.schedules.delete(name, force=force, if_version=if_version).to_dict(),
+          "deleted": True})
 
 
 @schedule_app.command("next")

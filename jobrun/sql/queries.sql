@@ -17,14 +17,28 @@
 -- ===== producers =========================================================================
 
 -- name: enqueue
--- Enqueue one job through the SQL API; returns the stored job and whether it was created.
-SELECT id, created, queue, task, status, priority, run_at, attempts, max_attempts,
-       idempotency_key, created_at
+-- Enqueue one job through the SQL API; returns the job and whether it was created: a replay's row as it is now (`stored`), a new job's as the function wrote it.
+-- The function's row is the one it read; the columns it does not return (version, lease,
+-- times, ...) are read here from the stored row. This statement does not see a row the
+-- function inserted (it runs on the snapshot taken before the call), so `stored` is false
+-- for a new job, whose other columns are then their defaults; a replay of a job committed
+-- after this statement began is not seen either, and is read again (jobrun/ops.py).
+SELECT e.id, e.created, j.id IS NOT NULL AS stored,
+       coalesce(j.queue, e.queue) AS queue, coalesce(j.task, e.task) AS task,
+       coalesce(j.status, e.status) AS status, coalesce(j.priority, e.priority) AS priority,
+       coalesce(j.run_at, e.run_at) AS run_at, coalesce(j.attempts, e.attempts) AS attempts,
+       coalesce(j.max_attempts, e.max_attempts) AS max_attempts,
+       coalesce(j.idempotency_key, e.idempotency_key) AS idempotency_key,
+       coalesce(j.created_at, e.created_at) AS created_at,
+       j.crashes, j.lease_owner, j.lease_token, j.lease_expires_at, j.cancel_requested,
+       j.traceparent, j.started_at, j.finished_at, j.schedule_id, j.version, j.base_priority,
+       j.aged_at, j.concurrency_key
   FROM {schema}.enqueue(%(task)s, %(payload)s::jsonb,
                         queue => %(queue)s, priority => %(priority)s, run_at => %(run_at)s,
                         delay => make_interval(secs => %(delay)s),
                         max_attempts => %(max_attempts)s, idempotency_key => %(idempotency_key)s,
-                        traceparent => %(traceparent)s, concurrency_key => %(concurrency_key)s)
+                        traceparent => %(traceparent)s, concurrency_key => %(concurrency_key)s) e
+  LEFT JOIN {schema}.jobs j ON j.id = e.id AND NOT e.created
 
 -- name: insert_job
 -- Insert one new job (no idempotency key; values checked by the client), priority and max_attempts defaulting to the queue's; no row if its queue is not declared. `notify` 'after': no NOTIFY at the commit, the caller runs wake_queues after it.
@@ -184,9 +198,9 @@ SELECT k.name AS queue, k.paused,
  ORDER BY k.name
 
 -- name: queue_set_paused
--- Pause or resume a queue (a change of its settings: version and updated_at move); no row when undeclared.
+-- Pause or resume a queue (a change of its settings: version and updated_at move), guarded by an optional version; no row when undeclared or at another version.
 UPDATE {schema}.queues SET paused = %(paused)s, version = version + 1, updated_at = now()
- WHERE name = %(name)s
+ WHERE name = %(name)s AND (%(version)s::bigint IS NULL OR version = %(version)s)
 RETURNING name
 
 -- name: queue_notify
@@ -404,8 +418,10 @@ SELECT f.job_id
 
 -- name: heartbeat
 -- Extend the leases this master still holds; returns those rows with their cancel flag (missing rows were lost).
+-- A renewal is bookkeeping: it leaves `version` as it is (docs/concepts.md, "Versions"), so a
+-- change guarded by the version a user read of a running job is not refused because of it.
 UPDATE {schema}.jobs j
-   SET lease_expires_at = now() + make_interval(secs => %(ttl)s), version = j.version + 1
+   SET lease_expires_at = now() + make_interval(secs => %(ttl)s)
   FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
  WHERE j.id = h.id AND j.lease_token = h.token AND j.lease_owner = %(owner)s
    AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above

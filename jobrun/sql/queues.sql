@@ -51,9 +51,9 @@ UPDATE {schema}.queues
 RETURNING name
 
 -- name: queue_delete
--- Delete a queue and its finished jobs (with their attempts and effects); with force, its queued and leased jobs too. Refused (nothing deleted) while it holds unfinished jobs without force, or while schedules fire into it.
+-- Delete a queue and its finished jobs (with their attempts and effects); with force, its queued and leased jobs too. Refused (nothing deleted) while it holds unfinished jobs without force, while schedules fire into it, or when it is not at the version given (if any).
 WITH k AS (
-    SELECT name FROM {schema}.queues WHERE name = %(name)s FOR UPDATE
+    SELECT name, version FROM {schema}.queues WHERE name = %(name)s FOR UPDATE
 ), b AS (
     SELECT (SELECT count(*) FROM {schema}.jobs j
              WHERE j.status = 'queued' AND j.queue = %(name)s) AS queued,
@@ -64,6 +64,7 @@ WITH k AS (
 ), go AS (
     SELECT k.name FROM k, b
      WHERE b.schedules IS NULL AND (%(force)s OR (b.queued = 0 AND b.leased = 0))
+       AND (%(version)s::bigint IS NULL OR k.version = %(version)s)
 ), d AS (
     DELETE FROM {schema}.jobs j USING go WHERE j.queue = go.name RETURNING j.id
 ), a AS (
@@ -73,7 +74,8 @@ WITH k AS (
 ), dq AS (
     DELETE FROM {schema}.queues q USING go WHERE q.name = go.name RETURNING q.name
 )
-SELECT (SELECT name FROM k) AS found, (SELECT name FROM dq) AS deleted, b.queued, b.leased,
+SELECT (SELECT name FROM k) AS found, (SELECT version FROM k) AS version,
+       (SELECT name FROM dq) AS deleted, b.queued, b.leased,
        b.schedules, (SELECT count(*) FROM d) AS jobs
   FROM b
 
@@ -132,7 +134,7 @@ WITH RECURSIVE k AS (
 )
 UPDATE {schema}.jobs j
    SET priority = j.priority - due.steps, base_priority = coalesce(j.base_priority, j.priority),
-       aged_at = due.since + due.steps * due.aging, version = j.version + 1
+       aged_at = due.since + due.steps * due.aging  -- bookkeeping: version stays
   FROM due
  WHERE j.id = due.id AND due.steps > 0
 RETURNING j.queue, due.level

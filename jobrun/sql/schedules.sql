@@ -34,8 +34,10 @@ UPDATE {schema}.schedules
 RETURNING *
 
 -- name: schedule_delete
--- Delete a schedule; returns it (none if missing).
-DELETE FROM {schema}.schedules WHERE name = %(name)s RETURNING *
+-- Delete a schedule, guarded by an optional version; returns it (none if missing or at another version).
+DELETE FROM {schema}.schedules
+ WHERE name = %(name)s AND (%(version)s::bigint IS NULL OR version = %(version)s)
+RETURNING *
 
 -- name: schedule_get
 -- One schedule by name, with the database clock.

@@ -160,5 +160,6 @@ class NewJobs(_Strict):
 
 class Guarded(_Strict):
     version: Optional[WholeInt] = Field(
-        None, description="Change only while the job is at this version (else 409)",
+        None, description="Change only while it (job, queue, schedule) is at this version"
+                          " (else 409)",
         **VERSION_RULE)

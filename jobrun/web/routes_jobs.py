@@ -63,14 +63,14 @@ def _if_match(header: str | None) -> int | None:
         return None
     text = header.strip().removeprefix("W/").strip('"')
     if not text.isdigit() or len(text) > 19:
-        raise ApiError("validation_failed", f"invalid If-Match {header[:40]!r}: a job version",
-                       {"If-Match": "a job version, e.g. \"3\""})
+        raise ApiError("validation_failed", f"invalid If-Match {header[:40]!r}: a version",
+                       {"If-Match": "a version as ETag gives it, e.g. \"3\""})
     return int(text)
 
 
 # next_cursor of GET /jobs: a job id.
 JOB_CURSOR_RULE = stated(pattern=f"^[0-9]{{1,{BIGINT_DIGITS}}}$")
-IfMatch = Annotated[Optional[str], Header(alias="If-Match", description="Expected job version",
+IfMatch = Annotated[Optional[str], Header(alias="If-Match", description="Expected version (ETag)",
                                           **IF_MATCH_RULE)]
 GuardBody = Annotated[Optional[Guarded], Body()]
 

@@ -21,7 +21,7 @@ from jobrun.web.envelope import ApiError, responses
 from jobrun.web.models import (AGING_RULE, ATTEMPTS_RULE, COUNT_RULE, IF_MATCH_RULE,
                                PRIORITY_RULE, QUEUE_RULE, RATE_RULE, RETENTION_RULE,
                                VERSION_RULE, WholeInt, _Strict, given)
-from jobrun.web.routes_jobs import READ, WRITE, _if_match, db, reply
+from jobrun.web.routes_jobs import READ, WRITE, Version, _if_match, db, reply
 
 router = APIRouter(prefix="/api/v1")
 Name = Annotated[str, Path(max_length=200, description="Queue name", **QUEUE_RULE)]
@@ -136,23 +136,23 @@ async def update_queue(request: Request, name: Name, body: QueueChange,
 
 
 @router.delete("/queues/{name}", **ONE, responses=responses(*WRITE, "not_found", "conflict"))
-async def delete_queue(request: Request, name: Name,
+async def delete_queue(request: Request, name: Name, version: Version,
                        force: Annotated[bool, Query(description="Also delete its queued and"
                                                                 " leased jobs")] = False):
     """Delete a queue and its finished jobs; 409 while it holds queued or leased jobs (unless
     ?force=true) or a schedule fires into it. Returns the queue as it was, with deleted_jobs."""
     d = db(request)
-    return reply(await d.run(queues.delete(d.q, name, force)))
+    return reply(await d.run(queues.delete(d.q, name, force, version)))
 
 
-@router.post("/queues/{name}/pause", **ONE, responses=responses(*WRITE, "not_found"))
-async def pause_queue(request: Request, name: Name):
+@router.post("/queues/{name}/pause", **ONE, responses=responses(*WRITE, "not_found", "conflict"))
+async def pause_queue(request: Request, name: Name, version: Version):
     """Stop claiming from a queue (running jobs finish)."""
-    return reply(await db(request).run(queues.set_paused(db(request).q, name, True)))
+    return reply(await db(request).run(queues.set_paused(db(request).q, name, True, version)))
 
 
-@router.post("/queues/{name}/resume", **ONE, responses=responses(*WRITE, "not_found"))
-async def resume_queue(request: Request, name: Name):
+@router.post("/queues/{name}/resume", **ONE, responses=responses(*WRITE, "not_found", "conflict"))
+async def resume_queue(request: Request, name: Name, version: Version):
     """Resume claiming from a paused queue."""
-    return reply(await db(request).run(queues.set_paused(db(request).q, name, False)))
+    return reply(await db(request).run(queues.set_paused(db(request).q, name, False, version)))
 

@@ -1,21 +1,28 @@
 """/api/v1/schedules: recurring schedules (jobrun/schedules.py), the same operations and rules
-as ``jobrun schedule`` and ``Client.schedules``."""
+as ``jobrun schedule`` and ``Client.schedules``.
+
+As for jobs, every change may be guarded by the schedule's version: {"version": n} in the body
+or an If-Match header ("n" as a schedule's ETag gives it); a schedule at another version is a
+409 whose body carries it as it is now, and nothing changed.
+"""
 
 from __future__ import annotations
 
 import zoneinfo
 from typing import Annotated, Any, Optional
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, Field, StrictBool, StrictStr
 
 from jobrun import schedules
 from jobrun.policy import cron
 from jobrun.schedules import ScheduleRecord
-from jobrun.web.envelope import responses
-from jobrun.web.models import (ATTEMPTS_RULE, CATCH_UP_RULE, PRIORITY_RULE, QUEUE_RULE,
-                               SCHEDULE_RULE, TASK_RULE, WholeInt, _Strict, stated)
-from jobrun.web.routes_jobs import READ, WRITE, db, reply
+from jobrun.web.envelope import ApiError, responses
+from jobrun.web.models import (ATTEMPTS_RULE, CATCH_UP_RULE, IF_MATCH_RULE, PRIORITY_RULE,
+                               QUEUE_RULE, SCHEDULE_RULE, TASK_RULE, VERSION_RULE, WholeInt,
+                               _Strict, stated)
+from jobrun.web.routes_jobs import READ, WRITE, Version, _if_match, db, reply
 
 router = APIRouter(prefix="/api/v1")
 Name = Annotated[str, Path(max_length=200, description="Schedule name", **SCHEDULE_RULE)]
@@ -59,6 +66,12 @@ class ScheduleFields(_Strict):
                                           **CATCH_UP_RULE)
 
 
+class ScheduleChange(ScheduleFields):
+    version: Optional[WholeInt] = Field(
+        None, description="Change only while the schedule is at this version (else 409)",
+        **VERSION_RULE)
+
+
 class NewSchedule(ScheduleFields):
     name: StrictStr = Field(**SCHEDULE_RULE)
     cron: StrictStr = Field(description="5 fields, 6 with seconds, or @daily ...", **CRON_RULE)
@@ -69,6 +82,11 @@ class NewSchedule(ScheduleFields):
 def _view(record: ScheduleRecord, **extra: Any) -> dict[str, Any]:
     """A schedule with its status and its next fire times."""
     return {**record.to_dict(), "next_fires": record.upcoming(NEXT_FIRES), **extra}
+
+
+def _one(record: ScheduleRecord, status: int = 200, **extra: Any) -> JSONResponse:
+    """One schedule's view; its ETag is its version."""
+    return reply(_view(record, **extra), status, {"ETag": f'"{record.version}"'})
 
 
 @router.get("/schedules", responses=responses(*READ))
@@ -86,7 +104,7 @@ async def create_schedule(request: Request, body: NewSchedule):
     spec = body.model_dump(exclude={"name", "cron", "task", "paused"}, exclude_none=True)
     made = await d.run(schedules.create(d.q, d.limit, body.name, body.cron, body.task,
                                         paused=body.paused, **spec))
-    return reply(_view(made), 201)
+    return _one(made, 201)
 
 
 @router.get("/schedules/{name}", responses=responses(*READ, "not_found"))
@@ -95,33 +113,41 @@ async def get_schedule(request: Request, name: Name,
     """One schedule, its next fire times and its newest runs (jobs, with their outcomes)."""
     d = db(request)
     record = await d.run(schedules.get(d.q, name))
-    return reply(_view(record, runs=await d.run(schedules.runs(d.q, name, runs))))
+    return _one(record, runs=await d.run(schedules.runs(d.q, name, runs)))
 
 
 @router.patch("/schedules/{name}", responses=responses(*WRITE, "not_found", "conflict"))
-async def update_schedule(request: Request, name: Name, body: ScheduleFields):
+async def update_schedule(request: Request, name: Name, body: ScheduleChange,
+                          if_match: Annotated[Optional[str], Header(
+                              alias="If-Match", description="Expected schedule version",
+                              **IF_MATCH_RULE)] = None):
     """Change some fields; a new expression, zone or window restarts from the next slot."""
+    version, header = body.version, _if_match(if_match)
+    if version is not None and header is not None and version != header:
+        raise ApiError("validation_failed", "the body's version and If-Match disagree",
+                       {"version": "differs from If-Match"})
     d = db(request)
-    changes = body.model_dump(exclude_none=True)
-    return reply(_view(await d.run(schedules.update(d.q, d.limit, name, **changes))))
+    changes = body.model_dump(exclude_none=True, exclude={"version"})
+    return _one(await d.run(schedules.update(
+        d.q, d.limit, name, if_version=version if version is not None else header, **changes)))
 
 
 @router.delete("/schedules/{name}", responses=responses(*WRITE, "not_found", "conflict"))
-async def delete_schedule(request: Request, name: Name, force: bool = False):
+async def delete_schedule(request: Request, name: Name, version: Version, force: bool = False):
     """Delete a schedule; one declared in code (@app.periodic) only with ?force=true (409)."""
     d = db(request)
-    return reply(_view(await d.run(schedules.delete(d.q, name, force))))
+    return reply(_view(await d.run(schedules.delete(d.q, name, force, version))))
 
 
 @router.post("/schedules/{name}/pause", responses=responses(*WRITE, "not_found", "conflict"))
-async def pause_schedule(request: Request, name: Name):
+async def pause_schedule(request: Request, name: Name, version: Version):
     """Skip the schedule's slots until it is resumed."""
     d = db(request)
-    return reply(_view(await d.run(schedules.set_paused(d.q, name, True))))
+    return _one(await d.run(schedules.set_paused(d.q, name, True, version)))
 
 
 @router.post("/schedules/{name}/resume", responses=responses(*WRITE, "not_found", "conflict"))
-async def resume_schedule(request: Request, name: Name):
+async def resume_schedule(request: Request, name: Name, version: Version):
     """Resume from the next slot after now (no burst of missed slots)."""
     d = db(request)
-    return reply(_view(await d.run(schedules.set_paused(d.q, name, False))))
+    return _one(await d.run(schedules.set_paused(d.q, name, False, version)))

@@ -9,6 +9,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+import jobrun
+from jobrun.worker.claimer import claim_params
 from tests.webproc import api, web, web_schema  # noqa: F401 (fixtures)
 
 
@@ -47,6 +49,26 @@ def test_enqueue_get_and_idempotent_replay(api):
     differ = api.post("/jobs", json={"task": "t", "idempotency_key": "a"},
                       headers={"Idempotency-Key": "b"})
     envelope(differ, 422, "validation_failed")
+
+
+def test_a_replay_answers_the_job_as_it_is_and_its_etag_guards(api, pg_dsn, web_schema):
+    assert api.post("/queues", json={"name": "replays"}).status_code == 201
+    job = {"task": "r.t", "payload": 1, "queue": "replays"}
+    made = api.post("/jobs", json=job, headers={"Idempotency-Key": "r"})
+    assert made.status_code == 201 and made.headers["etag"] == '"0"'
+    with jobrun.Client(pg_dsn, schema=web_schema) as client, client._connection().cursor() as cur:
+        cur.execute(client.queries.claim_jobs, claim_params(["replays"], 1, "h:1:x", 30))
+        assert cur.fetchone()["id"] == made.json()["id"]
+    replay = api.post("/jobs", json=job, headers={"Idempotency-Key": "r"})
+    got = api.get(f"/jobs/{made.json()['id']}")
+    assert replay.status_code == 200 and replay.json()["created"] is False
+    assert {**replay.json(), "created": None} == {**got.json(), "created": None}
+    assert replay.headers["etag"] == got.headers["etag"] == '"1"'
+    assert (replay.json()["lease_token"], replay.json()["status"]) == (1, "leased")
+    assert replay.json()["started_at"] is not None
+    cancel = api.post(f"/jobs/{made.json()['id']}/cancel",
+                      headers={"If-Match": replay.headers["etag"]})
+    assert cancel.status_code == 200 and cancel.json()["cancel_requested"] is True
 
 
 def test_validation_uses_the_client_rules(api, pg_dsn, web_schema):

@@ -70,3 +70,19 @@ def test_pause_and_resume_a_queue_with_interval_settings(api, pg_dsn, web_schema
     assert (paused.json()["paused"], paused.json()["aging"]) == (True, 60.0)
     resumed = api.post("/queues/aged/resume").json()
     assert (resumed["paused"], resumed["rate_period"]) == (False, 3600.0)
+
+
+def test_a_stale_version_refuses_pause_resume_and_delete_of_a_queue(api):
+    made = api.post("/queues", json={"name": "guarded"})
+    assert made.status_code == 201 and made.headers["etag"] == '"0"'
+    for r in (api.post("/queues/guarded/pause", headers={"If-Match": '"5"'}),
+              api.post("/queues/guarded/resume", json={"version": 5}),
+              api.request("DELETE", "/queues/guarded", headers={"If-Match": '"5"'})):
+        assert r.status_code == 409 and r.json()["code"] == "conflict", r.text
+        assert r.json()["current"]["version"] == 0
+    assert api.get("/queues/guarded").json()["paused"] is False
+    paused = api.post("/queues/guarded/pause", headers={"If-Match": made.headers["etag"]})
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    assert api.post("/queues/guarded/resume", json={"version": 1}).json()["version"] == 2
+    gone = api.request("DELETE", "/queues/guarded", json={"version": 2})
+    assert gone.status_code == 200 and api.get("/queues/guarded").status_code == 404

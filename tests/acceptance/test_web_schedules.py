@@ -52,6 +52,33 @@ def test_schedule_lifecycle_over_http(api, pg_dsn, web_schema):
     assert api.get("/schedules").json()["schedules"] == []
 
 
+def test_a_stale_version_refuses_each_change_of_a_schedule_over_http(api):
+    made = api.post("/schedules", json={"name": "guarded", "cron": "0 1 * * *", "task": "t"})
+    assert made.status_code == 201 and made.headers["etag"] == '"1"'
+    stale = [api.post("/schedules/guarded/pause", headers={"If-Match": '"0"'}),
+             api.post("/schedules/guarded/resume", json={"version": 0}),
+             api.patch("/schedules/guarded", json={"cron": "@daily", "version": 0}),
+             api.patch("/schedules/guarded", json={"cron": "@daily"}, headers={"If-Match": '"0"'}),
+             api.request("DELETE", "/schedules/guarded", headers={"If-Match": '"0"'})]
+    for r in stale:
+        assert r.status_code == 409 and r.json()["code"] == "conflict", r.text
+        assert r.json()["current"]["version"] == 1 and "at version 1, not 0" in r.json()["message"]
+    one = api.get("/schedules/guarded")
+    assert (one.json()["cron"], one.json()["paused"], one.headers["etag"]) == ("0 1 * * *", False,
+                                                                                '"1"')
+    paused = api.post("/schedules/guarded/pause", headers={"If-Match": one.headers["etag"]})
+    assert paused.status_code == 200 and paused.headers["etag"] == '"2"'
+    resumed = api.post("/schedules/guarded/resume", json={"version": 2})
+    assert resumed.json()["status"] == "active" and resumed.json()["version"] == 3
+    changed = api.patch("/schedules/guarded", json={"cron": "@daily"}, headers={"If-Match": '"3"'})
+    assert changed.json()["cron"] == "@daily" and changed.headers["etag"] == '"4"'
+    clash = api.patch("/schedules/guarded", json={"cron": "@daily", "version": 4},
+                      headers={"If-Match": '"3"'})
+    assert clash.status_code == 422
+    gone = api.request("DELETE", "/schedules/guarded", json={"version": 4})
+    assert gone.status_code == 200 and api.get("/schedules/guarded").status_code == 404
+
+
 def test_bad_schedules_are_refused_and_nothing_is_stored(api):
     bad = [
         ({"name": "x", "cron": "61 * * * *", "task": "t"}, "cron"),
