@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Query, Request
 from pydantic import AwareDatetime, Field, StrictBool, StrictStr
 
 from jobrun import schedules
-from jobrun.policy import cron
+from jobrun.policy import cron, cron_words
 from jobrun.schedules import ScheduleRecord
 from jobrun.web.envelope import responses
 from jobrun.web.models import (ATTEMPTS_RULE, CATCH_UP_RULE, PRIORITY_RULE, QUEUE_RULE,
@@ -67,8 +67,9 @@ class NewSchedule(ScheduleFields):
 
 
 def _view(record: ScheduleRecord, **extra: Any) -> dict[str, Any]:
-    """A schedule with its status and its next fire times."""
-    return {**record.to_dict(), "next_fires": record.upcoming(NEXT_FIRES), **extra}
+    """A schedule with its status, its next fire times and its cadence in words."""
+    return {**record.to_dict(), "next_fires": record.upcoming(NEXT_FIRES),
+            "description": cron_words.describe(record.cron, record.timezone), **extra}
 
 
 @router.get("/schedules", responses=responses(*READ))
