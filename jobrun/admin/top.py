@@ -36,11 +36,15 @@ from jobrun.observe import (FAIL_WINDOW, RATE_WINDOW, WAIT_SAMPLE, WAIT_WINDOW, 
                             Snapshot, duration, first_line)
 
 SORTS = ("queue", "queued", "oldest", "done/s", "failures")
-_TEXT_COLUMNS = {"queue", "host", "queues", "version", "task", "outcome", "error", "master",
-                 "schedule", "cron", "next fire"}
+WIDTH = 80  # every table fits this many columns with the figures it usually holds
 
 
 # --- drawing ------------------------------------------------------------------------------
+#
+# Each table fits an 80-column terminal: figures never wrap (no_wrap, a few characters each:
+# observe.duration, _rate), names wrap at spaces or fold (host names, task names, queue lists:
+# shown whole, over more lines when long) and only an error's first line is cut, with an
+# ellipsis, to one line. tests/db/test_top.py renders every table at 80 columns to keep it so.
 
 def _rate(per_s: float) -> str:
     return "0" if per_s == 0 else f"{per_s:.0f}" if per_s >= 100 else f"{per_s:.2f}"
@@ -56,66 +60,97 @@ def _sort_key(sort: str) -> Callable[[QueueView], Any]:
     }[sort]
 
 
-def _grid(title: str, *columns: str) -> Table:
-    table = Table(*columns, title=title, title_justify="left", title_style="bold",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for col in table.columns:
-        col.justify = "left" if col.header in _TEXT_COLUMNS else "right"
+def _grid(title: str, *columns: str, names: tuple[str, ...] = ()) -> Table:
+    """A table whose ``names`` columns are text that wraps (left-aligned) and whose other
+    columns are figures that never wrap (right-aligned)."""
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True)
+    for header in columns:
+        if header in names:
+            table.add_column(header, justify="left", overflow="fold")
+        else:
+            table.add_column(header, justify="right", no_wrap=True)
     return table
+
+
+def _one_line(text: str) -> Text:
+    """Each line cut to the column's width with an ellipsis, never wrapped (the column itself
+    stays wrappable, so the table gives it the width left over rather than squeezing figures)."""
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
+def _queues(snap: Snapshot, sort: str) -> list[RenderableType]:
+    qt = _grid(f"Queues (sort: {sort})", "queue", "queued", "sched", "leased", "oldest",
+               "in/s", "done/s", "p50", "p95", "fail", names=("queue",))
+    limited = []
+    for v in sorted(snap.queues, key=_sort_key(sort)):
+        qt.add_row(v.queue + (" (paused)" if v.paused else ""), str(v.queued), str(v.scheduled),
+                   str(v.leased), duration(v.oldest_age), _rate(v.enqueued_per_s),
+                   _rate(v.done_per_s), duration(v.wait_p50), duration(v.wait_p95),
+                   Text(str(v.failures), style="red" if v.failures else ""))
+        if v.limits or v.held:
+            limited.append(v)
+    parts: list[RenderableType] = [Text(""), qt]
+    if limited:  # a table of its own: most queues have no limit, and the columns are wide
+        lt = _grid("Queue limits", "queue", "limits", "held back",
+                   names=("queue", "limits", "held back"))
+        for v in limited:
+            lt.add_row(v.queue, v.limits or "-", Text(v.held or "-",
+                                                       style="yellow" if v.held else ""))
+        parts += [Text(""), lt]
+    return parts
 
 
 def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
            interval: float | None = None, target: str = "", error: str | None = None,
            max_inflight: int | None = None) -> RenderableType:
     """One frame of `jobrun top` (``snap`` None: nothing read yet)."""
-    head = Text.assemble(("jobrun top", "bold"), f"  {target}")
+    head = Text.assemble(("jobrun top", "bold"))
     if snap is not None:
         head.append(f"  {snap.at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC (db)")
     if interval is not None:
         head.append(f"  every {interval:g}s")
     if paused:
         head.append("  PAUSED", "bold reverse")
-    parts: list[RenderableType] = [head, Text(
-        f"rates: jobs/s over the last {RATE_WINDOW:g} s (in: enqueued, done: finished); "
-        f"wait: runnable->start, last {WAIT_SAMPLE} done in {WAIT_WINDOW / 60:g} min; "
-        f"fail: failed attempts, {FAIL_WINDOW / 60:g} min", style="dim")]
+    parts: list[RenderableType] = [head]
+    if target:
+        parts.append(Text(target, style="dim"))
+    parts += [
+        Text(f"in/s, done/s: jobs/s over the last {RATE_WINDOW:g} s (enqueued, finished)",
+             style="dim"),
+        Text(f"p50, p95: wait runnable->start, newest {WAIT_SAMPLE} done in"
+             f" {WAIT_WINDOW / 60:g} min", style="dim"),
+        Text(f"fail: failed attempts in the last {FAIL_WINDOW / 60:g} min", style="dim")]
     if error:
         parts.append(Text(f"error: {error}", style="bold red"))
     if snap is None:
         return Group(*parts)
-
-    qt = _grid(f"Queues (sort: {sort})", "queue", "queued", "scheduled", "leased", "oldest",
-               "in/s", "done/s", "wait p50", "wait p95", f"fail {FAIL_WINDOW / 60:g}m", "limits",
-               "held back")
-    for v in sorted(snap.queues, key=_sort_key(sort)):
-        qt.add_row(v.queue + (" (paused)" if v.paused else ""), str(v.queued), str(v.scheduled),
-                   str(v.leased), duration(v.oldest_age), _rate(v.enqueued_per_s),
-                   _rate(v.done_per_s), duration(v.wait_p50), duration(v.wait_p95),
-                   Text(str(v.failures), style="red" if v.failures else ""), v.limits,
-                   Text(v.held, style="yellow" if v.held else ""))
-    parts += [Text(""), qt]
+    parts += _queues(snap, sort)
 
     stale = f", {snap.stale_masters} stale hidden" if snap.stale_masters else ""
     mt = _grid(f"Masters ({len(snap.masters)} live{stale})", "host", "pid", "busy", "queues",
-               "version", "uptime", "seen")
+               "version", "uptime", "seen", names=("host", "queues", "version"))
     for m in snap.masters:
-        mt.add_row(m.host, str(m.pid), f"{m.busy}/{m.concurrency}", ",".join(m.queues),
+        mt.add_row(m.host, str(m.pid), f"{m.busy}/{m.concurrency}", ", ".join(m.queues),
                    m.version or "", duration(m.uptime), duration(m.last_seen_ago) + " ago")
     parts += [Text(""), mt if snap.masters else Text(f"Masters: none live{stale}", style="bold")]
 
-    ft = _grid(f"Latest failures ({FAIL_WINDOW / 60:g} min)", "when", "task", "id", "attempt",
-               "outcome", "error")
+    # Two lines a failure: the task, and under it the error's first line, cut to the width
+    # left (at 80 columns a column of its own beside the task would keep a dozen characters).
+    ft = _grid(f"Latest failures ({FAIL_WINDOW / 60:g} min)", "when", "id", "try", "outcome",
+               "task, error", names=("outcome", "task, error"))
     for f in snap.failures:
-        ft.add_row(duration(f.age) + " ago", f.task, str(f.id), str(f.attempt), f.outcome, f.error)
-    ft.columns[5].overflow = "ellipsis"
-    ft.columns[5].no_wrap = True
+        cell = _one_line(f.task)
+        cell.append("\n" + f.error, style="dim")
+        ft.add_row(duration(f.age) + " ago", str(f.id), str(f.attempt), f.outcome, cell)
     parts += [Text(""), ft if snap.failures else Text("Latest failures: none", style="bold")]
 
     if snap.schedules:  # recurring schedules, soonest first
-        st = _grid("Schedules", "schedule", "cron", "task", "last fire", "next fire")
+        st = _grid("Schedules", "schedule", "cron", "task", "last fire", "next fire",
+                   names=("schedule", "cron", "task"))
         for r in snap.schedules:
             last, nxt = r["last_fire_at"], r["next_fire_at"]
-            st.add_row(r["name"], f"{r['cron']} {r['timezone']}", r["task"],
+            st.add_row(r["name"], f"{r['cron']}\n{r['timezone']}", r["task"],
                        duration((snap.at - last).total_seconds()) + " ago" if last else "-",
                        "paused" if r["paused"] else "expired" if nxt is None
                        else "in " + duration(max(0.0, (nxt - snap.at).total_seconds())))
@@ -124,7 +159,8 @@ def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
     jobs = snap.inflight
     shown = jobs if max_inflight is None else jobs[:max(0, max_inflight)]
     more = f", {len(jobs) - len(shown)} not shown" if len(shown) < len(jobs) else ""
-    it = _grid(f"In flight ({len(jobs)}{more})", "task", "id", "child", "pid", "elapsed", "master")
+    it = _grid(f"In flight ({len(jobs)}{more})", "task", "id", "child", "pid", "elapsed",
+               "master", names=("task", "master"))
     for j in shown:
         it.add_row(j.task, str(j.job_id), "" if j.child is None else str(j.child),
                    "" if j.pid is None else str(j.pid), duration(j.elapsed),
@@ -171,7 +207,10 @@ def _rows_left(console: Console, snap: Snapshot | None) -> int | None:
     """Rows the in-flight table may use so the frame fits the screen (it is drawn last)."""
     if snap is None:
         return None
-    fixed = 20 + len(snap.queues) + len(snap.masters) + len(snap.failures)  # text + table chrome
+    limited = sum(1 for v in snap.queues if v.limits or v.held)
+    fixed = (24 + len(snap.queues) + len(snap.masters) + 2 * len(snap.failures)  # text, chrome
+             + (4 + limited if limited else 0) + (4 + 2 * len(snap.schedules) if snap.schedules
+                                                    else 0))
     return console.size.height - fixed
 
 

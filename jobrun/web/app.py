@@ -13,7 +13,7 @@ from starlette.middleware.cors import CORSMiddleware
 from jobrun import __version__, config, foreign, sdnotify
 from jobrun.web import (envelope, events, models, routes_jobs, routes_observe, routes_queues,
                         routes_schedules)
-from jobrun.web.guard import Guard, Policy
+from jobrun.web.guard import HEALTHZ, Guard, Policy
 from jobrun.web.pool import Database
 
 BODY_MARGIN = 64 * 1024  # room for the envelope around a payload at its limit
@@ -30,6 +30,23 @@ async def known_query_only(request: Request) -> None:
         raise envelope.ApiError(  # ?state=...: "unknown query parameter 'state'; use status (...)"
             "validation_failed", f"unknown query parameter {unknown[0]!r}{hints[unknown[0]]}",
             {name: f"unknown query parameter{hints[name]}" for name in unknown})
+
+
+BEARER = {"type": "http", "scheme": "bearer",
+          "description": "The token of `jobrun web --token-file PATH`; a server started without"
+                         " one needs none."}
+
+
+def with_bearer(doc: dict) -> dict:
+    """``doc`` stating the bearer token as a security scheme: what lets the explorer at
+    /api/v1/docs (Swagger UI, its Authorize button) send the token. Each operation takes it
+    or nothing (``{}``): the same document is served with and without a token configured.
+    The health check needs none. In place; returns ``doc``."""
+    doc.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = BEARER
+    doc["security"] = [{"bearer": []}, {}]
+    for method in doc.get("paths", {}).get(HEALTHZ, {}).values():
+        method["security"] = []
+    return doc
 
 
 def create_app(settings: config.Settings, *, token: str | None = None,
@@ -54,7 +71,8 @@ def create_app(settings: config.Settings, *, token: str | None = None,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None,
                   dependencies=[Depends(known_query_only)])
     app.state.db = database
-    app.openapi = lambda: models.exact_bounds(FastAPI.openapi(app))  # type: ignore[method-assign]
+    app.openapi = lambda: with_bearer(  # type: ignore[method-assign]
+        models.exact_bounds(FastAPI.openapi(app)))
     envelope.install(app)
     routers = (routes_jobs.router, routes_observe.router, routes_queues.router,
                routes_schedules.router)

@@ -5,8 +5,11 @@ In order, for every HTTP request:
 1. **Host.** When bound to loopback, the Host header must name this server (127.0.0.1,
    localhost, [::1] or the bind address): a page that rebinds its DNS name to 127.0.0.1
    gets a 403, not the API.
-2. **Token.** With a token configured, every request but ``/api/v1/healthz`` needs
-   ``Authorization: Bearer <token>``, compared in constant time; else 401.
+2. **Token.** With a token configured, every request but ``/api/v1/healthz`` and a GET of the
+   API explorer's page and document (``DOCS``) needs ``Authorization: Bearer <token>``,
+   compared in constant time; else 401. A browser loads a page without headers of its own, so
+   the explorer must load before it can be given the token (its Authorize button); the page
+   and the document hold no data, and every call made from the page needs the token.
 3. **Origin.** A mutation (any method but GET, HEAD, OPTIONS) that carries an Origin header
    other than the server's own or one of ``--allow-origin`` gets a 403. Browsers always send
    Origin on cross-site writes; tools such as curl send none and are not affected.
@@ -29,6 +32,7 @@ from jobrun.web.envelope import error_response
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 HEALTHZ = "/api/v1/healthz"
+DOCS = frozenset({"/api/v1/docs", "/api/v1/openapi.json"})  # the explorer: no data
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # A body over its limit but under this is read and dropped before the 413, so that clients
 # which send the whole body before reading (most do) see the answer; a larger one is answered
@@ -69,6 +73,12 @@ def _bearer_ok(scope: Scope, token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
+def _open(scope: Scope) -> bool:
+    """Needs no token: the health check, and reading the API explorer's page and document."""
+    path = scope["path"]
+    return path == HEALTHZ or (path in DOCS and scope["method"] in ("GET", "HEAD"))
+
+
 class Guard:
     def __init__(self, app: Callable, policy: Policy) -> None:
         self.app = app
@@ -91,7 +101,7 @@ class Guard:
         host = _header(scope, b"host")
         if p.hosts and (host or "").lower() not in p.hosts:
             return error_response("forbidden", "this server does not answer to that Host header")
-        if p.token is not None and scope["path"] != HEALTHZ and not _bearer_ok(scope, p.token):
+        if p.token is not None and not _open(scope) and not _bearer_ok(scope, p.token):
             return error_response("unauthorized", "missing or wrong bearer token",
                                   headers={"WWW-Authenticate": "Bearer"})
         origin = _header(scope, b"origin")

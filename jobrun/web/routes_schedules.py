@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, Field, StrictBool, StrictStr
 
 from jobrun import schedules
-from jobrun.policy import cron
+from jobrun.policy import cron, cron_words
 from jobrun.schedules import ScheduleRecord
 from jobrun.web.envelope import ApiError, responses
 from jobrun.web.models import (ATTEMPTS_RULE, CATCH_UP_RULE, IF_MATCH_RULE, PRIORITY_RULE,
@@ -80,8 +80,9 @@ class NewSchedule(ScheduleFields):
 
 
 def _view(record: ScheduleRecord, **extra: Any) -> dict[str, Any]:
-    """A schedule with its status and its next fire times."""
-    return {**record.to_dict(), "next_fires": record.upcoming(NEXT_FIRES), **extra}
+    """A schedule with its status, its next fire times and its cadence in words."""
+    return {**record.to_dict(), "next_fires": record.upcoming(NEXT_FIRES),
+            "description": cron_words.describe(record.cron, record.timezone), **extra}
 
 
 def _one(record: ScheduleRecord, status: int = 200, **extra: Any) -> JSONResponse:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import termios
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from psycopg import sql
@@ -447,3 +447,51 @@ def test_render_caps_inflight_rows_to_the_screen():
     text = console.export_text()
     assert "In flight (30, 25 not shown)" in text
     assert "t.job29" in text and "t.job25" in text and "t.job24" not in text  # longest first
+
+
+def frame_at(width: int, snap: observe.Snapshot, **kw) -> list[str]:
+    """``snap`` drawn as an in-process terminal ``width`` columns wide would show it."""
+    console = Console(width=width, record=True, file=open(os.devnull, "w"))
+    console.print(top.render(snap, **kw))
+    return console.export_text().splitlines()
+
+
+def busy_snapshot() -> observe.Snapshot:
+    """A frame with a figure or a name in every column, each as long as a busy system's."""
+    at = datetime.now(timezone.utc)
+    job = observe.InFlight(1234567, "reports.monthly_rollup", 15, 4123456, 3725.0,
+                           "worker-07.example.net", 45678)
+    master = observe.Master("o", "worker-07.example.net", 45678, "app", ["default", "emails"],
+                            16, 16, "0.1.0", at, at, 90061.0, 0.4, [job])
+    queues = [observe.QueueView("default", False, 3, 1234567, 12345, 16, 3723.0, 123.4, 99.87,
+                                0.123, 14.5, 500, 1234, "c=3 r=50/1s k=2", "rate=12"),
+              observe.QueueView("transactional", True, None, 0, 0, 0, None, 0.0, 0.0, None,
+                                None, 0, 0)]
+    failure = observe.Failure(1234567, "reports.monthly_rollup", "default", 12, "lease_expired",
+                              "lease expired: its holder (worker-07.example.net:45678:a1b2)"
+                              " stopped renewing it", 3599.0)
+    schedule = {"name": "nightly-report", "cron": "30 2 * * 1-5", "timezone": "America/New_York",
+                "task": "reports.monthly_rollup", "paused": False,
+                "last_fire_at": at - timedelta(hours=23), "next_fire_at": at + timedelta(hours=1)}
+    return observe.Snapshot(at=at, queues=queues, masters=[master], stale_masters=1,
+                            failures=[failure], schedules=[schedule])
+
+
+def test_top_fits_80_columns():
+    """Every line fits, every figure and name is shown whole (a name may wrap onto a second
+    line); only an error's first line is cut (with an ellipsis) to the width left for it."""
+    lines = frame_at(80, busy_snapshot(), interval=1.0, target="postgresql://db.example.net/jobs")
+    text = "\n".join(lines)
+    assert max(len(line) for line in lines) <= 80, text
+    cut = [line for line in lines if "…" in line]
+    assert len(cut) == 1 and "lease expired: its" in cut[0], text
+    words = ["1234567", "12345", "1h02m", "123", "99.87", "0.1s", "14s", "1234",  # default
+             "transactional", "(paused)", "c=3 r=50/1s k=2", "rate=12",
+             "worker-07.example.net", "45678", "16/16", "default, emails", "1d01h", "0.4s ago",
+             "59m59s ago", "lease_expired", "reports.monthly_rollup",
+             "nightly-report", "30 2 * * 1-5", "America/New_York", "23h00m ago", "in 1h00m",
+             "4123456", "1h02m", "worker-07.example.net:", "Queues (sort: queue)",
+             "queued", "sched", "leased", "oldest", "in/s", "done/s", "p50", "p95", "fail",
+             "jobs/s over the last 60 s"]
+    missing = [w for w in words if w not in text]
+    assert not missing, f"{missing} not shown whole at 80 columns:\n{text}"

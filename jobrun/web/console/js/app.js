@@ -1,7 +1,7 @@
 // The console shell: hash router, token prompt, live events, keyboard.
 //
 // URLs: #/ overview · #/jobs?status=dead&queue=emails&task=&schedule=&q=&cursor= · #/jobs/123
-// · #/queues · #/queues/emails · #/schedules · #/schedules/nightly · #/workers · #/tasks.
+// · #/attempts?outcome=failed&task=&queue=&cursor= · #/submit · #/queues · #/queues/emails · #/schedules · #/schedules/nightly · #/workers · #/tasks.
 // A page module exports render(ctx) and may return { live(frame), dispose() }.
 
 import { setToken, subscribe, token } from "./api.js";
@@ -12,12 +12,14 @@ const PAGES = {
   overview: () => import("./pages/overview.js"),
   jobs: () => import("./pages/jobs.js"),
   job: () => import("./pages/job.js"),
+  attempts: () => import("./pages/attempts.js"),
+  submit: () => import("./pages/submit.js"),
   queues: () => import("./pages/queues.js"),
   schedules: () => import("./pages/schedules.js"),
   workers: () => import("./pages/workers.js"),
   tasks: () => import("./pages/tasks.js"),
 };
-const GO_KEYS = { o: "#/", j: "#/jobs", q: "#/queues", s: "#/schedules", w: "#/workers", t: "#/tasks" };
+const GO_KEYS = { o: "#/", j: "#/jobs", a: "#/attempts", n: "#/submit", q: "#/queues", s: "#/schedules", w: "#/workers", t: "#/tasks" };
 
 const main = document.getElementById("main");
 const liveBadge = document.getElementById("live");
@@ -74,7 +76,7 @@ function askToken(reason) {
     start();
   } },
   h("h1", {}, "Token needed"),
-  h("p", {}, reason || "This jobrun web server needs an API token (the one given to `jobrun web` with --token or JOBRUN_WEB_TOKEN)."),
+  h("p", {}, reason || "This jobrun web server needs an API token: the contents of the file given to `jobrun web --token-file PATH`."),
   h("p", {}, "It is kept in this tab only (sessionStorage) and sent as a Bearer header."),
   input, h("button", { class: "primary" }, "Use token"));
   replace(main, form);

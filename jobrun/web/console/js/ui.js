@@ -51,13 +51,27 @@ export function num(n, digits = 0) {
   return Number(n).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
 }
 
+// Seconds as a person reads them: 850 ms, 4.2 s, 2 min 5 s, 3 h 4 min, 2 d 3 h.
 export function duration(s) {
-  if (s === null || s === undefined) return "–";
+  if (s === null || s === undefined || Number.isNaN(Number(s))) return "–";
+  s = Number(s);
   if (s < 1) return `${Math.round(s * 1000)} ms`;
-  if (s < 60) return `${s.toFixed(1)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} m ${Math.round(s % 60)} s`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} m`;
-  return `${Math.floor(s / 86400)} d ${Math.round((s % 86400) / 3600)} h`;
+  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 60) return `${Math.round(s)} s`;
+  const whole = Math.round(s);
+  const [big, small, bigUnit, smallUnit] = whole < 3600 ? [60, 1, "min", "s"]
+    : whole < 86400 ? [3600, 60, "h", "min"] : [86400, 3600, "d", "h"];
+  const rest = Math.floor((whole % big) / small);
+  return rest ? `${Math.floor(whole / big)} ${bigUnit} ${rest} ${smallUnit}` : `${Math.floor(whole / big)} ${bigUnit}`;
+}
+
+// A rate of jobs: per second from one a second up, per minute below (0.05/s reads as 3/min).
+export function rate(perSecond, what = "jobs") {
+  if (perSecond === null || perSecond === undefined || Number.isNaN(Number(perSecond))) return "–";
+  const n = Number(perSecond);
+  if (n === 0) return `0 ${what}/s`;
+  if (n >= 1) return `${num(n, n >= 100 ? 0 : 1)} ${what}/s`;
+  return `${num(n * 60, n * 60 >= 10 ? 0 : 1)} ${what}/min`;
 }
 
 export function when(iso) {

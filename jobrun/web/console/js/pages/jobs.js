@@ -1,8 +1,9 @@
-// Jobs: filter by status, queue, task, schedule and text; pages by cursor; lookup by id.
+// Jobs: filter by status, queue, task, schedule and text (a part of the id, task or idempotency
+// key); pages by cursor; lookup by id. Errors are the attempts' (the attempts page, a job's page).
 // The first page refreshes in place when the live stream reports a change.
 
 import { get, query, rows } from "../api.js";
-import { empty, failure, firstLine, h, loading, replace, status, table, when } from "../ui.js";
+import { empty, failure, h, loading, replace, status, table, when } from "../ui.js";
 
 const STATUSES = ["", "queued", "leased", "succeeded", "dead", "cancelled"];
 const FILTERS = ["status", "queue", "task", "schedule", "q"];
@@ -16,7 +17,8 @@ export async function render({ root, route }) {
     queue: h("input", { name: "queue", value: p.queue || "", size: 10 }),
     task: h("input", { name: "task", value: p.task || "", size: 14 }),
     schedule: h("input", { name: "schedule", value: p.schedule || "", size: 10 }),
-    q: h("input", { name: "q", type: "search", value: p.q || "", size: 16, placeholder: "text in payload or error" }),
+    // What GET /jobs?q= matches: a part of the id, the task or the idempotency key.
+    q: h("input", { name: "q", type: "search", value: p.q || "", size: 16, placeholder: "id, task or idempotency key" }),
   };
   const form = h("form", { class: "filters", id: "job-filters", onsubmit: (ev) => {
     ev.preventDefault();
@@ -25,7 +27,7 @@ export async function render({ root, route }) {
     location.hash = `#/jobs${query(next)}`;
   } },
   field("status", "status", inputs.status), field("queue", "queue", inputs.queue), field("task", "task", inputs.task),
-  field("schedule", "schedule", inputs.schedule), field("q", "text", inputs.q), h("button", { class: "primary" }, "Filter"),
+  field("schedule", "schedule", inputs.schedule), field("q", "search", inputs.q), h("button", { class: "primary" }, "Filter"),
   h("a", { href: "#/jobs" }, "clear"));
   inputs.status.addEventListener("change", () => form.requestSubmit());
   replace(root, h("h1", {}, "Jobs"), form, list);
@@ -60,7 +62,6 @@ export async function render({ root, route }) {
           { label: "attempts", num: true, narrow: true, cell: (j) => `${j.attempts}/${j.max_attempts}` },
           { label: "created", narrow: true, cell: (j) => when(j.created_at) },
           { label: "finished", narrow: true, cell: (j) => when(j.finished_at) },
-          { label: "error", narrow: true, cell: (j) => firstLine(j.last_error ?? j.error ?? "") },
         ], jobs, {
           rowLink: (j) => `#/jobs/${j.id}`,
           empty: partial ? empty("No match among the jobs looked at so far.", "Each request looks at up to 5,000 jobs; follow “older »” to keep looking.")

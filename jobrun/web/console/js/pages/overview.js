@@ -2,7 +2,7 @@
 // latest failures and a chart, all from the live events frames (no polling).
 
 import { draw } from "../chart.js";
-import { duration, empty, firstLine, h, num, replace, status, table } from "../ui.js";
+import { duration, empty, firstLine, h, num, rate, replace, status, table } from "../ui.js";
 
 export function render({ root, frame }) {
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
@@ -47,8 +47,8 @@ export function render({ root, frame }) {
       { label: "queued", num: true, cell: (q) => h("a", { href: `#/jobs?status=queued&queue=${encodeURIComponent(q.queue)}` }, num(q.queued)) },
       { label: "scheduled", num: true, narrow: true, cell: (q) => num(q.scheduled) },
       { label: "leased", num: true, cell: (q) => num(q.leased) },
-      { label: "in/s", num: true, cell: (q) => num(q.enqueued_per_s, 1) },
-      { label: "done/s", num: true, cell: (q) => num(q.done_per_s, 1) },
+      { label: "in", num: true, cell: (q) => rate(q.enqueued_per_s) },
+      { label: "done", num: true, cell: (q) => rate(q.done_per_s) },
       { label: "wait p50", num: true, narrow: true, cell: (q) => duration(q.wait_p50) },
       { label: "wait p95", num: true, narrow: true, cell: (q) => duration(q.wait_p95) },
       { label: "oldest", num: true, narrow: true, cell: (q) => duration(q.oldest_age) },

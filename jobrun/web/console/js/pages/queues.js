@@ -1,8 +1,27 @@
 // Queues: every declared queue with its settings and live depth; one queue's page pauses and
-// resumes it.
+// resumes it. Settings read in words, rates as jobs/s (jobs/min below one a second), times as
+// durations; the figures are the events stream's (docs/console.md).
 
 import { get, rows } from "../api.js";
-import { duration, empty, failure, h, json, loading, num, replace, pauseOrResume, status, table } from "../ui.js";
+import { duration, empty, failure, h, loading, num, rate, replace, pauseOrResume, status, table, when } from "../ui.js";
+
+// A queue's settings in words (the API gives intervals as seconds): [label, text] pairs.
+export function settings(q) {
+  const per = q.rate_period === 1 ? "s" : q.rate_period === 60 ? "min" : q.rate_period === 3600 ? "h" : null;
+  return [
+    ["concurrency", q.concurrency ?? "unlimited"],
+    ["rate", q.rate_limit === null || q.rate_limit === undefined ? "unlimited"
+      : per ? `${num(q.rate_limit)} starts/${per}` : `${num(q.rate_limit)} starts per ${duration(q.rate_period)}`],
+    ["per key", q.key_concurrency === null || q.key_concurrency === undefined ? "–" : `at most ${num(q.key_concurrency)} running per concurrency key`],
+    ["aging", q.aging ? `one priority step per ${duration(q.aging)} waiting` : "off"],
+    ["default priority", q.priority_default ?? "–"],
+    ["max attempts", q.max_attempts ?? "5 (the default)"],
+    ["retention", q.retention ? `finished jobs kept ${duration(q.retention)}` : "the purge's default"],
+    ["version", q.version ?? "–"],
+    ["created", when(q.created_at)],
+    ["updated", when(q.updated_at)],
+  ];
+}
 
 export async function render({ root, route, frame }) {
   const name = route.id;
@@ -38,7 +57,7 @@ export async function render({ root, route, frame }) {
         { label: "concurrency", num: true, cell: (q) => q.concurrency ?? "unlimited" },
         { label: "queued", num: true, cell: (q) => num(statsOf(q.name).queued) },
         { label: "leased", num: true, cell: (q) => num(statsOf(q.name).leased) },
-        { label: "done/s", num: true, narrow: true, cell: (q) => num(statsOf(q.name).done_per_s, 1) },
+        { label: "done", num: true, narrow: true, cell: (q) => rate(statsOf(q.name).done_per_s) },
         { label: "oldest", num: true, narrow: true, cell: (q) => duration(statsOf(q.name).oldest_age) },
         { label: "", cell: (q) => h("button", { onclick: () => setPaused(q.name, !q.paused), dataset: { queue: q.name } }, q.paused ? "Resume" : "Pause") },
       ], queues, { rowLink: (q) => `#/queues/${encodeURIComponent(q.name)}`, empty: empty("No queue is declared.", "Declare one with `jobrun queue add NAME`.") }));
@@ -59,17 +78,16 @@ export async function render({ root, route, frame }) {
         h("div", {}, h("h2", {}, "Settings"),
           h("dl", { class: "kv" },
             h("dt", {}, "state"), h("dd", { id: "queue-state" }, status(q.paused ? "paused" : "running")),
-            h("dt", {}, "concurrency"), h("dd", {}, q.concurrency ?? "unlimited"),
-            ...Object.entries(q).filter(([k]) => !["name", "paused", "concurrency"].includes(k))
-              .flatMap(([k, v]) => [h("dt", {}, k.replaceAll("_", " ")), h("dd", {}, typeof v === "object" && v !== null ? json(v) : String(v ?? "–"))]))),
+            ...settings(q).flatMap(([k, v]) => [h("dt", {}, k), h("dd", { dataset: { setting: k } }, v)]))),
         h("div", {}, h("h2", {}, "Now"),
           h("dl", { class: "kv" },
             h("dt", {}, "queued"), h("dd", {}, num(s.queued)),
             h("dt", {}, "scheduled"), h("dd", {}, num(s.scheduled)),
             h("dt", {}, "leased"), h("dd", {}, num(s.leased)),
-            h("dt", {}, "in/s · done/s"), h("dd", {}, `${num(s.enqueued_per_s, 1)} · ${num(s.done_per_s, 1)}`),
-            h("dt", {}, "wait p50 · p95"), h("dd", {}, `${duration(s.wait_p50)} · ${duration(s.wait_p95)}`),
-            h("dt", {}, "oldest runnable"), h("dd", {}, duration(s.oldest_age)),
+            h("dt", {}, "enqueued"), h("dd", { id: "queue-in" }, rate(s.enqueued_per_s)),
+            h("dt", {}, "done"), h("dd", { id: "queue-done" }, rate(s.done_per_s)),
+            h("dt", {}, "wait p50 · p95"), h("dd", { id: "queue-wait" }, `${duration(s.wait_p50)} · ${duration(s.wait_p95)}`),
+            h("dt", {}, "oldest runnable"), h("dd", { id: "queue-oldest" }, duration(s.oldest_age)),
             h("dt", {}, "failures (5 min)"), h("dd", {}, num(s.failures))))));
   }
 

@@ -7,6 +7,22 @@ import { empty, failure, h, json, loading, replace, pauseOrResume, status, table
 const nameOf = (s) => s.name ?? s.id;
 const nextOf = (s) => s.next_fire ?? s.next_run_at ?? s.next_fires?.[0] ?? s.next ?? null;
 
+// "every day at 02:30, New York time; next at Dec 5, 2026, 02:30": the server's words, and the
+// next fire as a wall-clock time in the schedule's own zone (the zone the words speak of), or
+// the expression where the server gives no words.
+export function inWords(s) {
+  const zone = s.timezone ?? s.tz ?? "UTC";
+  const words = s.description ?? `${s.cron ?? s.expression ?? "–"}, ${zone}`;
+  const next = nextOf(s);
+  const then = next ? new Date(next) : null;
+  if (s.paused) return `${words}; paused`;
+  if (!then || Number.isNaN(then.getTime())) return `${words}; no fire left`;
+  const style = { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
+  let at;
+  try { at = then.toLocaleString(undefined, { ...style, timeZone: zone }); } catch { at = `${then.toLocaleString(undefined, style)} (this browser's time)`; }
+  return `${words}; next at ${at}`;
+}
+
 export async function render({ root, route }) {
   const name = route.id;
   const notice = h("div", { id: "schedule-notice", "aria-live": "polite" });
@@ -26,7 +42,8 @@ export async function render({ root, route }) {
         if (disposed) return;
         replace(body, table([
           { label: "schedule", cell: (s) => h("a", { href: `#/schedules/${encodeURIComponent(nameOf(s))}` }, nameOf(s)) },
-          { label: "cron", cell: (s) => h("code", {}, s.cron ?? s.expression ?? "–") },
+          { label: "when", cell: (s) => h("span", { class: "schedule-words" }, s.description ?? "–") },
+          { label: "cron", narrow: true, cell: (s) => h("code", {}, s.cron ?? s.expression ?? "–") },
           { label: "zone", narrow: true, cell: (s) => s.timezone ?? s.tz ?? "UTC" },
           { label: "task", cell: (s) => s.task ?? "–" },
           { label: "state", cell: (s) => status(s.paused ? "paused" : "running") },
@@ -41,6 +58,7 @@ export async function render({ root, route }) {
       if (disposed) return;
       const fires = s.next_fires ?? (nextOf(s) ? [nextOf(s)] : []);
       replace(body,
+        h("p", { id: "schedule-words" }, inWords(s)),
         h("div", { class: "actions" }, h("button", { id: s.paused ? "resume" : "pause", onclick: () => setPaused(name, !s.paused) }, s.paused ? "Resume" : "Pause")),
         h("div", { class: "cols" },
           h("div", {}, h("h2", {}, "Definition"), json(s)),
