@@ -496,7 +496,7 @@ SELECT count(*) AS live FROM {schema}.workers
  WHERE last_seen >= now() - make_interval(secs => %(stale)s)
 
 -- name: metrics_queue_depth
--- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; and the queue's limits.
+-- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; the queue's limits; the masters seen in the last `stale` s that serve it.
 SELECT k.name AS queue, k.concurrency, k.rate_limit AS rate,
        extract(epoch FROM k.rate_period)::float8 AS rate_period_seconds, k.key_concurrency,
        (SELECT count(*) FROM {schema}.jobs j
@@ -504,7 +504,10 @@ SELECT k.name AS queue, k.concurrency, k.rate_limit AS rate,
        (SELECT count(*) FROM {schema}.jobs j
          WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at > now()) AS scheduled,
        (SELECT count(*) FROM {schema}.jobs j
-         WHERE j.status = 'leased' AND j.queue = k.name) AS leased
+         WHERE j.status = 'leased' AND j.queue = k.name) AS leased,
+       (SELECT count(*) FROM {schema}.workers w
+         WHERE k.name = ANY (w.queues)
+           AND w.last_seen >= now() - make_interval(secs => %(stale)s)) AS masters
   FROM {schema}.queues k
 
 -- name: unclaim

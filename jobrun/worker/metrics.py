@@ -42,6 +42,11 @@ class Metrics:
         r = self.registry
         self.queue_depth = Gauge("jobrun_queue_depth", "Jobs per queue and status (cached)",
                                  ["queue", "status"], registry=r)
+        self.queue_masters = Gauge(
+            "jobrun_queue_masters", "Live masters serving the queue (cached); 0 while it holds"
+            " queued jobs: nothing will run them", ["queue"], registry=r)
+        # Queues holding queued jobs that no live master serves, with how many (for /healthz).
+        self.unserved: dict[str, int] = {}
         self.jobs = Counter("jobrun_jobs", "Attempts ended, by outcome", ["queue", "task", "outcome"],
                             registry=r)
         self.dead = Counter("jobrun_jobs_dead", "Jobs that ended dead (attempts or crashes spent, or Permanent)",
@@ -107,12 +112,16 @@ class Metrics:
     def set_depth(self, rows: list[dict]) -> None:
         self.queue_depth.clear()
         self.queue_limit.clear()
+        self.queue_masters.clear()
         for row in rows:
             for status in ("queued", "scheduled", "leased"):
                 self.queue_depth.labels(row["queue"], status).set(row[status])
+            self.queue_masters.labels(row["queue"]).set(row["masters"])
             for limit in ("concurrency", "rate", "rate_period_seconds", "key_concurrency"):
                 if row.get(limit) is not None:
                     self.queue_limit.labels(row["queue"], limit).set(row[limit])
+        self.unserved = {row["queue"]: row["queued"] + row["scheduled"] for row in rows
+                         if not row["masters"] and row["queued"] + row["scheduled"]}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -225,7 +234,9 @@ class HttpServer(Service):
         if path == "/metrics":
             return "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
         if path == "/healthz":
-            report = self.health()
+            # What this master found of the cluster, whatever its own health: jobs waiting in
+            # queues no live master serves (`jobrun health` says so).
+            report = {**self.health(), "unserved_queues": self.metrics.unserved}
             status = "200 OK" if report.get("ok") else "503 Service Unavailable"
             return status, "application/json", json.dumps(report).encode() + b"\n"
         if path == "/readyz":

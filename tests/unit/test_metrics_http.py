@@ -140,3 +140,4 @@ def test_connection_cap(server):
         sock.close()
     wait_for(lambda: server._open == 0, timeout=5, message="connections closed")
     assert exchange(server, b"GET /readyz HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 200 OK")
+
