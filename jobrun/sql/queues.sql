@@ -23,6 +23,10 @@ SELECT k.name, k.paused, k.concurrency, k.rate_limit,
  WHERE %(name)s::text IS NULL OR k.name = %(name)s
  ORDER BY k.name
 
+-- name: queue_names
+-- The names of the declared queues, in order (a master refuses at start to serve any other).
+SELECT name FROM {schema}.queues ORDER BY name
+
 -- name: queue_create
 -- Declare a queue with the given settings (unset ones take their defaults); no row when it exists.
 INSERT INTO {schema}.queues (name, concurrency, rate_limit, rate_period, aging, priority_default,

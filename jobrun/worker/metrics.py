@@ -17,12 +17,13 @@ import ipaddress
 import json
 import logging
 import platform
+import socket
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from jobrun.errors import InvalidInput
+from jobrun.errors import InvalidInput, JobrunError
 from jobrun.worker.lifecycle import Service
 from jobrun.logs import event
 
@@ -142,6 +143,36 @@ def parse_addr(addr: str, allow_remote: bool) -> tuple[str, int] | None:
     return host, int(port_text)
 
 
+def check_free(host: str, port: int) -> None:
+    """Refuse at start an address another process already listens on (a second master on one
+    host with the same --metrics-addr): run on without /metrics and /healthz, it would leave
+    `jobrun health` and the scrapes reporting the other master. Binds and closes a probe
+    socket with the server's own options; a port 0 is always free. (A race that takes the
+    port between this check and the server's bind stops the master: HttpServer._run.)"""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise InvalidInput(f"metrics address {host}:{port}: {exc}") from None
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                raise AddressInUse(host, port, exc) from None
+
+
+class AddressInUse(JobrunError):
+    """The metrics address is taken (by another master, most likely)."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        super().__init__(f"metrics address {host}:{port} is not available ({exc.strerror or exc});"
+                         " another master on this host may use it: give this one its own"
+                         " --metrics-addr HOST:PORT, or --metrics-addr off")
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -191,10 +222,10 @@ class HttpServer(Service):
             self._server = await asyncio.start_server(self._handle, self.host, self.port,
                                                       reuse_address=True, limit=self.MAX_LINE)
         except OSError as exc:
-            event(log, logging.ERROR, "metrics.bind_failed", addr=f"{self.host}:{self.port}",
-                  error=str(exc))
+            # Taken since check_free passed at start: a master without its /healthz is one that
+            # `jobrun health` and systemd cannot see, so stop it (a crashed part: exit 1).
             self._started.set()
-            return
+            raise AddressInUse(self.host, self.port, exc) from None
         sock = self._server.sockets[0]
         self.bound = sock.getsockname()[:2]
         event(log, logging.INFO, "metrics.listening", addr=f"{self.bound[0]}:{self.bound[1]}")
