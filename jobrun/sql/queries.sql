@@ -402,6 +402,15 @@ SELECT f.job_id
            logs => %(logs)s::text[], refunds => %(refunds)s::integer[],
            host => %(host)s::text, pid => %(pid)s::integer) AS f(job_id)
 
+-- name: cap_max_attempts
+-- Write a task's max_attempts, lower than its jobs', to the leased jobs whose failed attempt it decided, just before their outcomes (complete_jobs), so that they show the limit that applied; guarded as the completion is, never raises a limit, and leaves version alone (the outcome moves it).
+UPDATE {schema}.jobs j
+   SET max_attempts = c.lim
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(limits)s::integer[]) AS c(id, token, lim)
+ WHERE j.id = c.id AND j.lease_token = c.token AND j.lease_owner = %(owner)s
+   AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
+   AND j.max_attempts > c.lim
+
 -- name: heartbeat
 -- Extend the leases this master still holds; returns those rows with their cancel flag (missing rows were lost).
 UPDATE {schema}.jobs j
