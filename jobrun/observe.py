@@ -82,6 +82,9 @@ class QueueView:
     failures: int
     limits: str = ""       # c=3 (cluster-wide), r=5/1s (rate), k=2 (per key, when not 1)
     held: str = ""         # claims its limits held back, by reason (live masters, since start)
+    # The owners of the live masters serving it (None: not read); empty, and its jobs wait
+    # for a master that does not exist.
+    served_by: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -148,13 +151,14 @@ def workers(conn: psycopg.Connection, q: Queries,
 def queues(conn: psycopg.Connection, q: Queries) -> list[QueueView]:
     rows = conn.execute(q.observe_queues, {
         "rate_window": RATE_WINDOW, "wait_window": WAIT_WINDOW, "sample": WAIT_SAMPLE,
-        "fail_window": FAIL_WINDOW}).fetchall()
+        "fail_window": FAIL_WINDOW, "stale_after": STALE_AFTER}).fetchall()
     return [QueueView(queue=r["queue"], paused=r["paused"], concurrency=r["concurrency"],
                       queued=r["queued"], scheduled=r["scheduled"], leased=r["leased"],
                       oldest_age=r["oldest_age"], enqueued_per_s=r["enqueued"] / RATE_WINDOW,
                       done_per_s=r["finished"] / RATE_WINDOW, wait_p50=r["wait_p50"],
                       wait_p95=r["wait_p95"], wait_sample=r["wait_sample"],
-                      failures=r["failures"], limits=limits_text(r), held=r["held"] or "")
+                      failures=r["failures"], limits=limits_text(r), held=r["held"] or "",
+                      served_by=list(r["served_by"]))
             for r in rows]
 
 

@@ -3,10 +3,12 @@
 Client, AsyncClient, the ``jobrun queue`` commands and ``/api/v1/queues`` alike.
 
 A queue is returned as a dict: its settings (intervals in seconds; ``rate_limit`` per
-``rate_period``), ``created_at``, ``updated_at``, ``version``, and its live ``queued``
-(runnable), ``scheduled`` and ``leased`` counts. Every change bumps ``version`` and
-``updated_at`` and NOTIFYs the masters, which read the settings live (docs/queues.md). Every
-change (update, pause, resume, delete) may be guarded by ``if_version``.
+``rate_period``), ``created_at``, ``updated_at``, ``version``, its live ``queued``
+(runnable), ``scheduled`` and ``leased`` counts, and ``served_by``: the owners of the live
+masters (the worker registry) whose -Q names it (empty: its jobs wait for a master that does
+not exist). Every change bumps ``version`` and ``updated_at`` and NOTIFYs the masters, which
+read the settings live (docs/queues.md). Every change (update, pause, resume, delete) may be
+guarded by ``if_version``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from jobrun import queue_rules, validate
 from jobrun.errors import Conflict, InvalidInput, NotFound, Refused, StaleVersion
+from jobrun.observe import STALE_AFTER
 from jobrun.ops import Op, Step
 from jobrun.sql import Queries
 
@@ -27,11 +30,12 @@ def _notify(q: Queries, name: str) -> Op:
 
 def list_all(q: Queries) -> Op:
     """Every declared queue, by name."""
-    return (yield Step(q.queue_view, {"name": None}))
+    return (yield Step(q.queue_view, {"name": None, "stale_after": STALE_AFTER}))
 
 
 def get(q: Queries, name: str) -> Op:
-    rows = yield Step(q.queue_view, {"name": validate.queue_name(name)})
+    rows = yield Step(q.queue_view, {"name": validate.queue_name(name),
+                                     "stale_after": STALE_AFTER})
     if not rows:
         raise NotFound(f"queue {name!r} is not declared")
     return rows[0]

@@ -109,7 +109,8 @@ def health(addr: Annotated[Optional[str], typer.Option(
                help="A master's metrics address (default: metrics_addr, 127.0.0.1:9110).")] = None,
            timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait.")] = 5.0) -> None:
     """Exit 0 when the master at ADDR is ready (/readyz answers 200), else 1; either way, say
-    how its database connections fare (/healthz)."""
+    how its database connections fare and which queues with queued jobs no live master
+    serves (/healthz)."""
     target = addr or config.load().metrics_addr
     url = f"http://{target}/readyz"
     try:
@@ -128,8 +129,8 @@ def health(addr: Annotated[Optional[str], typer.Option(
 
 
 def _database_health(target: str, timeout: float, err: bool) -> None:
-    """Print the master's database health from /healthz (503 has the same body), if it
-    answers."""
+    """Print the master's database health and the queues no live master serves from /healthz
+    (503 has the same body), if it answers."""
     try:
         with urllib.request.urlopen(f"http://{target}/healthz", timeout=timeout) as response:
             body = response.read()
@@ -141,9 +142,19 @@ def _database_health(target: str, timeout: float, err: bool) -> None:
         report = json.loads(body)
     except ValueError:
         return
-    line = database_line(report)
-    if line:
-        typer.echo(line, err=err)
+    for line in (database_line(report), unserved_line(report)):
+        if line:
+            typer.echo(line, err=err)
+
+
+def unserved_line(report: dict) -> str | None:
+    """One line on the queues whose queued jobs no live master serves, as the master saw them
+    at its last count (metrics.set_depth); None when there are none."""
+    unserved = report.get("unserved_queues") if isinstance(report, dict) else None
+    if not unserved or not isinstance(unserved, dict):
+        return None
+    listed = ", ".join(f"{name} ({count} queued)" for name, count in sorted(unserved.items()))
+    return f"no live master serves: {listed}; their jobs wait until one runs with -Q"
 
 
 def database_line(report: dict) -> str | None:

@@ -14,7 +14,7 @@ import typer
 
 from jobrun import queue_rules
 from jobrun.admin.options import AsJson, Dsn, QueueName, Schema, session
-from jobrun.admin.output import emit, table
+from jobrun.admin.output import emit, note, table
 
 queue_app = typer.Typer(help="Declare, change, list, delete, pause and resume queues.",
                         no_args_is_help=True)
@@ -100,18 +100,31 @@ def get(ctx: typer.Context, name: QueueName, dsn: Dsn = None, schema: Schema = N
 @queue_app.command("list")
 def list_(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
           as_json: AsJson = False) -> None:
-    """Declared queues with their settings and queued/scheduled/leased counts."""
+    """Declared queues with their settings, queued/scheduled/leased counts and the live masters
+    serving each ("masters"; 0 with jobs queued is marked "0 !": nothing will run them)."""
     s = session(ctx, dsn, schema, as_json)
     rows = s.client().queue_list()
     if s.as_json:
         emit(rows)
         return
-    table(["name", "paused", "queued", "scheduled", "leased", "concurrency", "rate", "aging",
-           "priority", "attempts", "retention", "per key", "version"],
+    table(["name", "paused", "queued", "scheduled", "leased", "masters", "concurrency", "rate",
+           "aging", "priority", "attempts", "retention", "per key", "version"],
           [[r["name"], "yes" if r["paused"] else "", r["queued"], r["scheduled"], r["leased"],
-            r["concurrency"], _rate(r), _secs(r["aging"]), r["priority_default"],
+            _masters(r), r["concurrency"], _rate(r), _secs(r["aging"]), r["priority_default"],
             r["max_attempts"], _secs(r["retention"]), r["key_concurrency"], r["version"]]
            for r in rows], "no queues")
+    for name in unserved(rows):
+        note(f"no live master serves queue {name!r}: its jobs wait until one runs with -Q {name}")
+
+
+def unserved(rows: list[dict]) -> list[str]:
+    """Queues holding queued jobs (runnable or scheduled) that no live master serves."""
+    return [r["name"] for r in rows if r["queued"] + r["scheduled"] and not r["served_by"]]
+
+
+def _masters(row: dict) -> str:
+    count = len(row["served_by"])
+    return f"{count} !" if not count and row["queued"] + row["scheduled"] else str(count)
 
 
 @queue_app.command("delete")

@@ -90,6 +90,19 @@ def max_attempts_for(enqueued: int, task_limit: int | None) -> int:
     return min(enqueued, task_limit) if task_limit else enqueued
 
 
+def limit_to_record(enqueued: int, task_limit: int | None, outcome: str,
+                    status: str) -> int | None:
+    """The task's max_attempts to write to a job whose attempt ended with ``outcome`` and sent
+    it to ``status``, so that the job shows the limit that applied (``3/3``, not ``3/5``): the
+    task's, when lower than the job's and the attempt failed (requeued for a retry, or dead);
+    else None. Successes, cancels and releases leave the figure as enqueued: writing it costs
+    a statement, and a failed attempt comes before the limit can end a job."""
+    applied = max_attempts_for(enqueued, task_limit)
+    if applied >= enqueued or outcome in (SUCCEEDED, CANCELLED, RELEASED):
+        return None
+    return applied if status in (Status.QUEUED, Status.DEAD) else None
+
+
 def max_crashes_for(task: Mapping[str, Any]) -> int:
     """The crash cap of a task's jobs: its own, else the default."""
     value = task.get("max_crashes")

@@ -21,7 +21,7 @@ SELECT owner, host, pid, app, queues, tasks, concurrency, busy, version, infligh
  ORDER BY host, pid, owner
 
 -- name: observe_queues
--- Per declared queue: its settings (intervals in seconds), runnable/scheduled/leased depth and oldest runnable age, enqueues and finishes in the last `rate_window` s, wait p50/p95 of the latest `sample` jobs finished in `wait_window` s, failed attempts in `fail_window` s.
+-- Per declared queue: its settings (intervals in seconds), runnable/scheduled/leased depth and oldest runnable age, enqueues and finishes in the last `rate_window` s, wait p50/p95 of the latest `sample` jobs finished in `wait_window` s, failed attempts in `fail_window` s; `served_by`: the owners of the live masters serving it.
 WITH queued AS (
     SELECT queue,
            count(*) FILTER (WHERE run_at <= now()) AS queued,
@@ -68,6 +68,13 @@ WITH queued AS (
      WHERE a.finished_at > now() - make_interval(secs => %(fail_window)s)
        AND a.outcome IN ('failed', 'timeout', 'worker_lost', 'lease_expired')
      GROUP BY j.queue
+), served AS (
+    -- The live masters (seen in the last `stale_after` s) whose -Q names the queue: none, and
+    -- its jobs wait for a master that will never come (GET /tasks names them the same way).
+    SELECT s.queue, array_agg(w.owner ORDER BY w.host, w.pid, w.owner) AS served_by
+      FROM {schema}.workers w, unnest(w.queues) AS s(queue)
+     WHERE w.last_seen >= now() - make_interval(secs => %(stale_after)s)
+     GROUP BY s.queue
 )
 SELECT k.name AS queue, k.name, k.paused, k.concurrency, k.rate_limit,
        extract(epoch FROM k.rate_period)::float8 AS rate_period,
@@ -79,7 +86,7 @@ SELECT k.name AS queue, k.name, k.paused, k.concurrency, k.rate_limit,
        extract(epoch FROM now() - q.oldest_runnable)::float8 AS oldest_age,
        coalesce(e.n, 0) AS enqueued, coalesce(f.n, 0) AS finished,
        w.wait_p50, w.wait_p95, coalesce(w.wait_sample, 0) AS wait_sample,
-       coalesce(x.n, 0) AS failures
+       coalesce(x.n, 0) AS failures, coalesce(v.served_by, ARRAY[]::text[]) AS served_by
   FROM {schema}.queues k
   LEFT JOIN queued q ON q.queue = k.name
   LEFT JOIN leased l ON l.queue = k.name
@@ -88,6 +95,7 @@ SELECT k.name AS queue, k.name, k.paused, k.concurrency, k.rate_limit,
   LEFT JOIN waits w ON w.queue = k.name
   LEFT JOIN failures x ON x.queue = k.name
   LEFT JOIN held h ON h.queue = k.name
+  LEFT JOIN served v ON v.queue = k.name
  ORDER BY k.name
 
 -- name: observe_latest_failures

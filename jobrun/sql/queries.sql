@@ -416,6 +416,15 @@ SELECT f.job_id
            logs => %(logs)s::text[], refunds => %(refunds)s::integer[],
            host => %(host)s::text, pid => %(pid)s::integer) AS f(job_id)
 
+-- name: cap_max_attempts
+-- Write a task's max_attempts, lower than its jobs', to the leased jobs whose failed attempt it decided, just before their outcomes (complete_jobs), so that they show the limit that applied; guarded as the completion is, never raises a limit, and leaves version alone (the outcome moves it).
+UPDATE {schema}.jobs j
+   SET max_attempts = c.lim
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(limits)s::integer[]) AS c(id, token, lim)
+ WHERE j.id = c.id AND j.lease_token = c.token AND j.lease_owner = %(owner)s
+   AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" above
+   AND j.max_attempts > c.lim
+
 -- name: heartbeat
 -- Extend the leases this master still holds; returns those rows with their cancel flag (missing rows were lost).
 -- A renewal is bookkeeping: it leaves `version` as it is (docs/concepts.md, "Versions"), so a
@@ -521,7 +530,7 @@ SELECT count(*) AS live FROM {schema}.workers
  WHERE last_seen >= now() - make_interval(secs => %(stale)s)
 
 -- name: metrics_queue_depth
--- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; and the queue's limits.
+-- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; the queue's limits; the masters seen in the last `stale` s that serve it.
 SELECT k.name AS queue, k.concurrency, k.rate_limit AS rate,
        extract(epoch FROM k.rate_period)::float8 AS rate_period_seconds, k.key_concurrency,
        (SELECT count(*) FROM {schema}.jobs j
@@ -529,7 +538,10 @@ SELECT k.name AS queue, k.concurrency, k.rate_limit AS rate,
        (SELECT count(*) FROM {schema}.jobs j
          WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at > now()) AS scheduled,
        (SELECT count(*) FROM {schema}.jobs j
-         WHERE j.status = 'leased' AND j.queue = k.name) AS leased
+         WHERE j.status = 'leased' AND j.queue = k.name) AS leased,
+       (SELECT count(*) FROM {schema}.workers w
+         WHERE k.name = ANY (w.queues)
+           AND w.last_seen >= now() - make_interval(secs => %(stale)s)) AS masters
   FROM {schema}.queues k
 
 -- name: unclaim

@@ -3,7 +3,7 @@
 -- Intervals leave the database as seconds (float8), never as interval values.
 
 -- name: queue_view
--- Declared queues (all, or the one named) with every setting (intervals in seconds) and their queued (runnable), scheduled and leased jobs, counted through the partial indexes.
+-- Declared queues (all, or the one named) with every setting (intervals in seconds) and their queued (runnable), scheduled and leased jobs, counted through the partial indexes; `served_by`: the owners of the masters seen in the last `stale_after` s that serve it.
 SELECT k.name, k.paused, k.concurrency, k.rate_limit,
        extract(epoch FROM k.rate_period)::float8 AS rate_period,
        extract(epoch FROM k.aging)::float8 AS aging, k.priority_default, k.max_attempts,
@@ -14,10 +14,18 @@ SELECT k.name, k.paused, k.concurrency, k.rate_limit,
        (SELECT count(*) FROM {schema}.jobs j
          WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at > now()) AS scheduled,
        (SELECT count(*) FROM {schema}.jobs j
-         WHERE j.status = 'leased' AND j.queue = k.name) AS leased
+         WHERE j.status = 'leased' AND j.queue = k.name) AS leased,
+       ARRAY(SELECT w.owner FROM {schema}.workers w
+              WHERE k.name = ANY (w.queues)
+                AND w.last_seen >= now() - make_interval(secs => %(stale_after)s)
+              ORDER BY w.host, w.pid, w.owner) AS served_by
   FROM {schema}.queues k
  WHERE %(name)s::text IS NULL OR k.name = %(name)s
  ORDER BY k.name
+
+-- name: queue_names
+-- The names of the declared queues, in order (a master refuses at start to serve any other).
+SELECT name FROM {schema}.queues ORDER BY name
 
 -- name: queue_create
 -- Declare a queue with the given settings (unset ones take their defaults); no row when it exists.

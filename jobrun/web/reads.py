@@ -139,7 +139,8 @@ def queues(q: Queries) -> Op:
     """Each declared queue's settings and live figures (what `jobrun top` shows)."""
     return (yield Step(q.observe_queues, {
         "rate_window": observe.RATE_WINDOW, "wait_window": observe.WAIT_WINDOW,
-        "sample": observe.WAIT_SAMPLE, "fail_window": observe.FAIL_WINDOW}))
+        "sample": observe.WAIT_SAMPLE, "fail_window": observe.FAIL_WINDOW,
+        "stale_after": observe.STALE_AFTER}))
 
 
 def _since(rows: list[dict[str, Any]], count: str) -> datetime | None:

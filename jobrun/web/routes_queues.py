@@ -89,6 +89,9 @@ class QueueView(BaseModel):
     queued: int = Field(description="Runnable queued jobs")
     scheduled: int = Field(description="Queued jobs with a future run_at")
     leased: int
+    served_by: list[str] = Field(
+        description="Owners of the live masters (seen in the last 30 s) whose -Q names the"
+                    " queue; empty: no master serves it, and its jobs wait until one does")
 
 
 ONE = {"response_model": QueueView}

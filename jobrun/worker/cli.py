@@ -130,22 +130,29 @@ def launch_forkserver(settings: config.Settings, dsn: str):
 def _run_master(settings: config.Settings, dsn_value: str, overrides: dict, no_migrate: bool,
                 launched, log: logging.Logger) -> int:
     from jobrun.store import db, migrate
-    from jobrun.worker.metrics import parse_addr
+    from jobrun.worker.metrics import check_free, parse_addr
 
     try:
-        parse_addr(settings.metrics_addr, settings.metrics_allow_remote)
+        addr = parse_addr(settings.metrics_addr, settings.metrics_allow_remote)
     except JobrunError as exc:
         typer.echo(f"jobrun-master: error: {exc}", err=True)
         return 2
     try:
-        if not no_migrate:
-            with db.connect(dsn_value) as conn:
+        if addr is not None:
+            check_free(*addr)
+        with db.connect(dsn_value) as conn:
+            if not no_migrate:
                 applied = migrate.migrate(conn, settings.schema)
-            if applied:
-                event(log, logging.INFO, "schema.migrated", schema=settings.schema, versions=applied)
+                if applied:
+                    event(log, logging.INFO, "schema.migrated", schema=settings.schema,
+                          versions=applied)
+            undeclared = _undeclared_queues(conn, settings)
     except JobrunError as exc:
         event(log, logging.CRITICAL, "master.start_failed", error=str(exc))
         return 1
+    if undeclared is not None:
+        typer.echo(f"jobrun-master: error: {undeclared}", err=True)
+        return 2
 
     from jobrun.worker.master import Master
 
@@ -161,6 +168,26 @@ def _run_master(settings: config.Settings, dsn_value: str, overrides: dict, no_m
         import asyncio
 
         return asyncio.run(master.run())
+
+
+def _undeclared_queues(conn, settings: config.Settings) -> str | None:
+    """Why -Q names a queue that is not declared (queues are a closed set: docs/queues.md), or
+    None. A master serving one would wait for jobs no producer can enqueue, and say nothing."""
+    import psycopg
+
+    from jobrun.sql import for_schema
+    from jobrun.store import db
+
+    try:
+        declared = [r["name"] for r in conn.execute(for_schema(settings.schema).queue_names)]
+    except psycopg.Error as exc:  # no schema yet (--no-migrate): say what to run
+        raise db.translate(exc, schema=settings.schema) from None
+    missing = [name for name in settings.queues if name not in declared]
+    if not missing:
+        return None
+    names = ", ".join(missing)
+    return (f"queue{'s' if len(missing) > 1 else ''} {names} not declared (declared:"
+            f" {', '.join(declared) or 'none'}); declare with: jobrun queue add NAME")
 
 
 def main() -> None:

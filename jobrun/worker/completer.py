@@ -64,6 +64,9 @@ class Completion:
     log: str | None = None  # what the handler logged
     refund: int = 0  # 1: the attempt does not count (released at shutdown)
     queue: str = ""  # the job's queue: its lease counts against -Q NAME=N until written
+    # The task's max_attempts, lower than the job's, that decided this failed attempt's fate:
+    # written to the job (cap_max_attempts) so that it shows the limit that applied.
+    limit: int | None = None
 
 
 class Completer(Service):
@@ -175,6 +178,9 @@ class Completer(Service):
             "pid": self.pid,
         }
         values = [params[name] for name in self._names]
+        capped = [c for c in batch if c.limit is not None]
+        if capped:
+            await self._cap(capped)
         failures = 0
         while True:
             try:
@@ -207,3 +213,21 @@ class Completer(Service):
                 self.on_refused(refused)
         if self.on_recorded:
             self.on_recorded([c for c in batch if c.id in accepted])
+
+    async def _cap(self, capped: list[Completion]) -> None:
+        """Write the task limits that decided these attempts to their jobs, while still leased
+        and before their outcomes: a job never reads as ended at 3 of 5, and one whose outcome
+        a crash keeps from being written is reaped by the limit that applied. A statement of
+        its own, only in batches holding a failed attempt of a task whose max_attempts is
+        lower than its job's, and once per job (the next claim reads the lower figure). Not
+        retried: should it fail, the outcome is written all the same, and the job shows the
+        limit it was enqueued with."""
+        try:
+            conn = await self._session.get()
+            await conn.execute(self.q.cap_max_attempts, {
+                "ids": [c.id for c in capped], "tokens": [c.token for c in capped],
+                "limits": [c.limit for c in capped], "owner": self.owner})
+        except Exception as exc:  # noqa: BLE001 - see above
+            self.db.failed(exc)
+            event(log, logging.WARNING, "complete.cap_failed", error=db.first_line(exc),
+                  jobs=len(capped))

@@ -30,6 +30,7 @@ from jobrun.policy import (
     DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
     max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
 )
+from jobrun.policy.retry import limit_to_record
 from jobrun.worker.child import ChildState
 from jobrun.worker.children import Children
 from jobrun.worker.completer import Completion
@@ -372,7 +373,8 @@ class Dispatcher(Service):
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
             error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
             child=child_index, crashed=crashed, log=info.get("log"),
-            refund=1 if outcome == RELEASED else 0, queue=job.queue))
+            refund=1 if outcome == RELEASED else 0, queue=job.queue,
+            limit=limit_to_record(job.max_attempts, cfg.get("max_attempts"), outcome, fate.status)))
 
     def jobs_done(self) -> int:
         """Jobs whose outcome this master recorded (released and given-back ones aside)."""

@@ -17,12 +17,13 @@ import ipaddress
 import json
 import logging
 import platform
+import socket
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from jobrun.errors import InvalidInput
+from jobrun.errors import InvalidInput, JobrunError
 from jobrun.worker.lifecycle import Service
 from jobrun.logs import event
 
@@ -42,6 +43,11 @@ class Metrics:
         r = self.registry
         self.queue_depth = Gauge("jobrun_queue_depth", "Jobs per queue and status (cached)",
                                  ["queue", "status"], registry=r)
+        self.queue_masters = Gauge(
+            "jobrun_queue_masters", "Live masters serving the queue (cached); 0 while it holds"
+            " queued jobs: nothing will run them", ["queue"], registry=r)
+        # Queues holding queued jobs that no live master serves, with how many (for /healthz).
+        self.unserved: dict[str, int] = {}
         self.jobs = Counter("jobrun_jobs", "Attempts ended, by outcome", ["queue", "task", "outcome"],
                             registry=r)
         self.dead = Counter("jobrun_jobs_dead", "Jobs that ended dead (attempts or crashes spent, or Permanent)",
@@ -107,12 +113,16 @@ class Metrics:
     def set_depth(self, rows: list[dict]) -> None:
         self.queue_depth.clear()
         self.queue_limit.clear()
+        self.queue_masters.clear()
         for row in rows:
             for status in ("queued", "scheduled", "leased"):
                 self.queue_depth.labels(row["queue"], status).set(row[status])
+            self.queue_masters.labels(row["queue"]).set(row["masters"])
             for limit in ("concurrency", "rate", "rate_period_seconds", "key_concurrency"):
                 if row.get(limit) is not None:
                     self.queue_limit.labels(row["queue"], limit).set(row[limit])
+        self.unserved = {row["queue"]: row["queued"] + row["scheduled"] for row in rows
+                         if not row["masters"] and row["queued"] + row["scheduled"]}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -131,6 +141,36 @@ def parse_addr(addr: str, allow_remote: bool) -> tuple[str, int] | None:
             f"refusing to serve metrics on {host}, which is not a loopback address"
             " (set metrics_allow_remote = true, or --metrics-allow-remote, to allow it)")
     return host, int(port_text)
+
+
+def check_free(host: str, port: int) -> None:
+    """Refuse at start an address another process already listens on (a second master on one
+    host with the same --metrics-addr): run on without /metrics and /healthz, it would leave
+    `jobrun health` and the scrapes reporting the other master. Binds and closes a probe
+    socket with the server's own options; a port 0 is always free. (A race that takes the
+    port between this check and the server's bind stops the master: HttpServer._run.)"""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise InvalidInput(f"metrics address {host}:{port}: {exc}") from None
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                raise AddressInUse(host, port, exc) from None
+
+
+class AddressInUse(JobrunError):
+    """The metrics address is taken (by another master, most likely)."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        super().__init__(f"metrics address {host}:{port} is not available ({exc.strerror or exc});"
+                         " another master on this host may use it: give this one its own"
+                         " --metrics-addr HOST:PORT, or --metrics-addr off")
 
 
 def _is_loopback(host: str) -> bool:
@@ -182,10 +222,10 @@ class HttpServer(Service):
             self._server = await asyncio.start_server(self._handle, self.host, self.port,
                                                       reuse_address=True, limit=self.MAX_LINE)
         except OSError as exc:
-            event(log, logging.ERROR, "metrics.bind_failed", addr=f"{self.host}:{self.port}",
-                  error=str(exc))
+            # Taken since check_free passed at start: a master without its /healthz is one that
+            # `jobrun health` and systemd cannot see, so stop it (a crashed part: exit 1).
             self._started.set()
-            return
+            raise AddressInUse(self.host, self.port, exc) from None
         sock = self._server.sockets[0]
         self.bound = sock.getsockname()[:2]
         event(log, logging.INFO, "metrics.listening", addr=f"{self.bound[0]}:{self.bound[1]}")
@@ -225,7 +265,9 @@ class HttpServer(Service):
         if path == "/metrics":
             return "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
         if path == "/healthz":
-            report = self.health()
+            # What this master found of the cluster, whatever its own health: jobs waiting in
+            # queues no live master serves (`jobrun health` says so).
+            report = {**self.health(), "unserved_queues": self.metrics.unserved}
             status = "200 OK" if report.get("ok") else "503 Service Unavailable"
             return status, "application/json", json.dumps(report).encode() + b"\n"
         if path == "/readyz":

@@ -70,7 +70,7 @@ class Registry(PeriodicDbService):
                 self.live, self._live_at = (await cur.fetchone())["live"], time.monotonic()
             live = self.live
             started = time.monotonic()
-            cur = await conn.execute(self.q.metrics_queue_depth)
+            cur = await conn.execute(self.q.metrics_queue_depth, {"stale": STALE_AFTER})
             self.on_depth(await cur.fetchall())
             self._next_depth = time.monotonic() + depth_pause(
                 self.interval, time.monotonic() - started, live)

@@ -169,6 +169,19 @@ def test_a_stale_retry_shows_the_conflict_and_changes_nothing(page, master, clie
     assert (after.status, after.version) == (before.status, before.version)
 
 
+def test_the_queue_list_counts_the_masters_serving_each_queue(page, master, client):
+    client.queue_add("emails")  # no master serves it: its jobs would wait for nothing
+    wait_for(lambda: client.queue_get("default")["served_by"], timeout=15,
+             message="the master's registry row")
+    page.goto(page.url.split("#")[0] + "#/queues")
+    served = {}
+    for name in ("default", "emails"):
+        row = page.locator(f"tr[data-href='#/queues/{name}']")
+        expect(row).to_be_visible()
+        served[name] = row.locator("td").nth(5).inner_text()  # after queued, leased
+    assert served == {"default": "1", "emails": "0"}
+
+
 def test_a_queue_is_paused_and_resumed(page, client, tmp_path):
     page.goto(page.url.split("#")[0] + "#/queues/default")
     expect(page.locator("#queue-state")).to_contain_text("running")

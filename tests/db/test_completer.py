@@ -200,3 +200,28 @@ def test_the_completion_looks_jobs_up_by_id_after_the_table_grows_under_its_cach
 
         plan = asyncio.run(scenario())
     assert "jobs_pkey" in plan and "Seq Scan on jobs" not in plan, plan
+
+
+def test_a_task_limit_that_applied_is_written_to_its_failed_jobs_only(pg_dsn, schema, client):
+    """A completion carrying the task's lower max_attempts (limit) writes it to its job, so the
+    job shows the limit that applied; one without leaves the job's own, a limit that is not
+    lower changes nothing (never raised), and a lease this master lost is left alone."""
+    ids = [client.enqueue("noop", max_attempts=5).job.id for _ in range(4)]
+    q = for_schema(schema)
+    owner = "test:1:completer"
+    with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
+        token = {r["id"]: r["lease_token"] for r in lease(conn, schema, 4, owner)}
+        token[ids[3]] += 1  # a lease lost meanwhile: the guard refuses it
+
+        async def scenario() -> None:
+            completer = Completer(pg_dsn, q, owner, "host", 1)
+            completer.start()
+            for job_id, status, limit in zip(ids, ("dead", "queued", "dead", "dead"),
+                                             (1, None, 9, 1)):
+                completer.submit(Completion(id=job_id, token=token[job_id], status=status,
+                                            outcome="failed", error="boom", limit=limit))
+            assert await completer.drain(20)
+            await completer.stop()
+        asyncio.run(scenario())
+    shown = [(j.status, j.attempts, j.max_attempts) for j in map(client.get, ids)]
+    assert shown == [("dead", 1, 1), ("queued", 1, 5), ("dead", 1, 5), ("leased", 1, 5)]

@@ -20,7 +20,7 @@ from jobrun.worker.claimer import claim_params
 from jobrun.worker.heartbeat import Heartbeater
 from tests.db.nested_plans import plan_of, report_plans
 
-BY_ID = ["heartbeat", "unclaim", "record_handler_session"]
+BY_ID = ["heartbeat", "unclaim", "record_handler_session", "cap_max_attempts"]
 
 
 def positional(text: str) -> tuple[str, int]:

@@ -18,7 +18,7 @@ KINDS = ("listen", "claim", "complete", "heartbeat", "registry", "reaper", "lead
 
 _BY_QUERY = {
     "claim": ("claim_jobs", "claim_plain", "unclaim", "db_now"),
-    "complete": ("complete_jobs",),
+    "complete": ("complete_jobs", "cap_max_attempts"),
     "heartbeat": ("heartbeat",),
     "registry": ("registry_upsert", "registry_delete", "registry_purge_stale", "registry_live",
                  "metrics_queue_depth"),

@@ -11,19 +11,20 @@ import psycopg
 from typer.testing import CliRunner
 
 from jobrun.admin import cli
-from jobrun.admin.ops_cli import database_line
+from jobrun.admin.ops_cli import database_line, unserved_line
 from jobrun.store.connector import DbHealth
 from jobrun.worker.metrics import HttpServer, Metrics
 
 
-def run_health(health: DbHealth, ready: bool) -> tuple[int, str, str]:
+def run_health(health: DbHealth, ready: bool,
+               metrics: Metrics | None = None) -> tuple[int, str, str]:
     def report() -> dict:
         database = health.report()
         ok = database.failures == 0
         return {"ok": ok, "database_ok": ok, **database.as_dict(), "children": 1}
 
     loop = asyncio.new_event_loop()
-    srv = HttpServer("127.0.0.1", 0, Metrics(), health=report, ready=lambda: ready)
+    srv = HttpServer("127.0.0.1", 0, metrics or Metrics(), health=report, ready=lambda: ready)
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
 
@@ -64,3 +65,20 @@ def test_the_database_line_of_an_older_report_or_none():
     assert database_line({"seconds_since_db": 3, "database_ok": True, "db_failures": 1,
                           "db_error": "boom"}) == \
         "database: ok, last reached 3.0 s ago, 1 failure in a row, the last: boom"
+
+
+def test_health_names_the_queues_no_live_master_serves():
+    """/healthz carries what the master's last depth count found (Metrics.set_depth): queues
+    holding queued jobs that no live master serves; `jobrun health` names them, ready or not."""
+    metrics = Metrics()
+    row = {"concurrency": None, "rate": None, "rate_period_seconds": None, "key_concurrency": 1,
+           "leased": 0}
+    metrics.set_depth([{**row, "queue": "default", "queued": 3, "scheduled": 0, "masters": 1},
+                       {**row, "queue": "emails", "queued": 2, "scheduled": 1, "masters": 0},
+                       {**row, "queue": "idle", "queued": 0, "scheduled": 0, "masters": 0}])
+    assert metrics.unserved == {"emails": 3}
+    assert unserved_line({"unserved_queues": metrics.unserved}) == (
+        "no live master serves: emails (3 queued); their jobs wait until one runs with -Q")
+    assert unserved_line({"unserved_queues": {}}) is None and unserved_line({}) is None
+    code, out, _ = run_health(DbHealth(), ready=True, metrics=metrics)
+    assert code == 0 and "no live master serves: emails (3 queued)" in out

@@ -140,3 +140,30 @@ def test_connection_cap(server):
         sock.close()
     wait_for(lambda: server._open == 0, timeout=5, message="connections closed")
     assert exchange(server, b"GET /readyz HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_taken_port_is_refused_at_start_and_crashes_a_server_that_lost_the_race():
+    """check_free refuses at start an address another socket listens on; should the port be
+    taken between that check and the bind, the server crashes (the master stops, exit 1)
+    rather than run on without /metrics and /healthz."""
+    from jobrun.worker.metrics import AddressInUse, check_free
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(AddressInUse, match=rf"127\.0\.0\.1:{port} is not available"):
+            check_free("127.0.0.1", port)
+        crashed: list[BaseException] = []
+
+        async def run() -> None:
+            srv = HttpServer("127.0.0.1", port, Metrics(), health=dict, ready=lambda: True)
+            srv.on_crash = lambda _, exc: crashed.append(exc)
+            srv.start()
+            await srv.started()
+            with pytest.raises(AddressInUse):
+                await srv._task
+        asyncio.run(run())
+        assert len(crashed) == 1 and isinstance(crashed[0], AddressInUse)
+    check_free("127.0.0.1", port)  # free again once closed
+    check_free("127.0.0.1", 0)     # any free port

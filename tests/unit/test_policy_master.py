@@ -12,6 +12,8 @@ from jobrun.policy import (
     retry_policies, retry_wait, start_failing, tick_interval,
 )
 from jobrun.policy import prefetch
+from jobrun.policy.retry import Outcome, limit_to_record
+from jobrun.states import Status
 
 small = st.integers(0, 64)
 secs = st.floats(1e-6, 10.0, allow_nan=False)
@@ -116,6 +118,22 @@ def test_a_task_max_attempts_caps_but_never_raises(enqueued, task):
     got = max_attempts_for(enqueued, task)
     assert got <= enqueued
     assert got == (min(enqueued, task) if task else enqueued)
+
+
+@given(enqueued=st.integers(1, 1000), task=st.one_of(st.none(), st.integers(1, 1000)),
+       outcome=st.sampled_from([v for k, v in vars(Outcome).items() if k.isupper()]),
+       status=st.sampled_from([Status.QUEUED, Status.DEAD, Status.SUCCEEDED, Status.CANCELLED]))
+def test_the_limit_recorded_is_the_lower_task_limit_of_a_failed_attempt(enqueued, task,
+                                                                        outcome, status):
+    """What a job shows as its max_attempts after an attempt: the task's limit once it applied
+    to a failure (a retry or death it decided), never a raise, nothing for other outcomes."""
+    got = limit_to_record(enqueued, task, outcome, status)
+    failed = outcome not in (Outcome.SUCCEEDED, Outcome.CANCELLED, Outcome.RELEASED)
+    lower = task is not None and task < enqueued
+    if failed and lower and status in (Status.QUEUED, Status.DEAD):
+        assert got == task == max_attempts_for(enqueued, task)
+    else:
+        assert got is None
 
 
 @given(st.one_of(st.none(), st.integers(0, 100)))

@@ -57,6 +57,7 @@ export async function render({ root, route, frame }) {
         { label: "concurrency", num: true, cell: (q) => q.concurrency ?? "unlimited" },
         { label: "queued", num: true, cell: (q) => num(statsOf(q.name).queued) },
         { label: "leased", num: true, cell: (q) => num(statsOf(q.name).leased) },
+        { label: "served by", num: true, narrow: true, cell: (q) => (q.served_by ? q.served_by.length : "–") },
         { label: "done", num: true, narrow: true, cell: (q) => rate(statsOf(q.name).done_per_s) },
         { label: "oldest", num: true, narrow: true, cell: (q) => duration(statsOf(q.name).oldest_age) },
         { label: "", cell: (q) => h("button", { onclick: () => setPaused(q.name, !q.paused), dataset: { queue: q.name } }, q.paused ? "Resume" : "Pause") },
