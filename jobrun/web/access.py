@@ -9,7 +9,10 @@ sent back in the ``X-Request-ID`` response header, carried by every error envelo
 
 With OpenTelemetry installed, the request runs in a SERVER span named ``METHOD /route`` whose
 parent is the request's ``traceparent`` header: an enqueue made by the request is a child of
-it (jobrun.tracing), and the access line names the trace (``trace_id``).
+it (jobrun.tracing), and the access line names the trace (``trace_id``). The span is this
+middleware's own only when none is current already: FastAPI from 0.16x makes one itself
+(its native telemetry, outside the middleware), and so does opentelemetry-instrument's ASGI
+middleware; two SERVER spans for one request would be one too many.
 
 This middleware wraps the whole application, outside Starlette's own error middleware, so
 that a 500 is logged, and answered with the request id, like any other response.
@@ -91,13 +94,18 @@ class Access:
 
         otel = tracing.load()
         trace_id = None
-        span_context = _server_span(otel, scope, rid) if otel is not None else contextlib.nullcontext()
+        around = otel[0].get_current_span() if otel is not None else None
+        if around is not None and around.get_span_context().is_valid:
+            span_context: Any = contextlib.nullcontext()  # a server span made outside: FastAPI's
+        else:
+            span_context = _server_span(otel, scope, rid) if otel is not None else \
+                contextlib.nullcontext()
         try:
             with span_context as span:
                 try:
                     await self.app(scope, receive, sending)
                 finally:
-                    trace_id = _finish(span, scope, status or 500)
+                    trace_id = _finish(span, scope, status or 500) or _trace_id(around)
         finally:
             REQUEST_ID.reset(token)
             fields: dict[str, Any] = {"request_id": rid, "method": scope["method"],
@@ -120,5 +128,9 @@ def _finish(span: Any, scope: Scope, status: int) -> str | None:
     if status >= 500:
         trace = tracing.load()[0]  # type: ignore[index]
         span.set_status(trace.Status(trace.StatusCode.ERROR, str(status)))
-    context = span.get_span_context()
-    return f"{context.trace_id:032x}" if context.is_valid else None
+    return _trace_id(span)
+
+
+def _trace_id(span: Any) -> str | None:
+    context = span.get_span_context() if span is not None else None
+    return f"{context.trace_id:032x}" if context is not None and context.is_valid else None
