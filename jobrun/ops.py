@@ -114,6 +114,7 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
         row = {k: v for k, v in row.items() if v is not None}
     if created:
         row["concurrency_key"] = params["concurrency_key"]
+        row["traceparent"] = params["traceparent"]
     # The stored payload equals ours (a replay with another body is a conflict), so it is not
     # read back from the database.
     stored = json.loads(text) if payload_is_json else payload
