@@ -6,7 +6,8 @@ The spans of one job, in the names of OpenTelemetry's messaging conventions
     [producer's span]                     the caller's, or the web request's (SERVER)
       jobrun.enqueue TASK   PRODUCER      stores its own traceparent on the job
         jobrun.run TASK     CONSUMER      one per attempt, in the child: retries are siblings
-    jobrun.complete         INTERNAL      in the master: one per completion batch (batch size)
+    jobrun.complete         INTERNAL      in the master: one per completion batch (its size),
+                                          linked to the trace of each job it settles
 
 A producer outside any trace starts one when an SDK records spans; with the API alone (no
 SDK) nothing is recorded and, outside a span, nothing is stored on the job. Without
@@ -278,22 +279,38 @@ def flush(timeout_ms: int = 2000) -> None:
 
 # --- the completion, in the master --------------------------------------------------------------
 
+MAX_LINKS = 128  # the SDK's default limit of links per span
+
+
+def _links(trace: Any, traceparents: list[str]) -> list[Any]:
+    links = []
+    for text in traceparents:
+        match = TRACEPARENT.fullmatch(text)
+        if match is not None:
+            links.append(trace.Link(trace.SpanContext(
+                int(match[2], 16), int(match[3], 16), is_remote=True,
+                trace_flags=trace.TraceFlags(int(text[-2:], 16) & 1))))
+    return links
+
+
 @contextlib.contextmanager
-def _completion(otel: tuple[Any, Any], jobs: int) -> Iterator[Any]:
+def _completion(otel: tuple[Any, Any], batch: list[Any]) -> Iterator[Any]:
     trace = otel[0]
+    traced = [c.traceparent for c in batch if getattr(c, "traceparent", None)][:MAX_LINKS]
     with tracer().start_as_current_span(
-        "jobrun.complete", kind=trace.SpanKind.INTERNAL,
+        "jobrun.complete", kind=trace.SpanKind.INTERNAL, links=_links(trace, traced),
         attributes={"messaging.system": SYSTEM, "messaging.operation.type": "settle",
                     "messaging.operation.name": "complete",
-                    "messaging.batch.message_count": jobs}) as span:
+                    "messaging.batch.message_count": len(batch)}) as span:
         yield span
 
 
 _NOTHING = contextlib.nullcontext()
 
 
-def completion_span(jobs: int) -> contextlib.AbstractContextManager[Any]:
-    """A span around one completion batch of ``jobs`` outcomes; a shared no-op context
-    without OpenTelemetry (the completer's path then costs one cached call per batch)."""
+def completion_span(batch: list[Any]) -> contextlib.AbstractContextManager[Any]:
+    """A span around one completion batch (its size; a link to the trace of each job that has
+    one, the first MAX_LINKS: the batch settles jobs of many traces, so it belongs to none);
+    a shared no-op context without OpenTelemetry (one cached call per batch)."""
     otel = load()
-    return _NOTHING if otel is None else _completion(otel, jobs)
+    return _NOTHING if otel is None or not _recording(otel[0]) else _completion(otel, batch)

@@ -38,6 +38,7 @@ class Received:
     kind: int
     attributes: dict[str, Any]
     status_code: int
+    links: list[str] = field(default_factory=list)  # the trace ids linked to
 
 
 def _value(v: Any) -> Any:
@@ -92,7 +93,7 @@ class Receiver:
                         got = Received(service, s.name, s.trace_id.hex(), s.span_id.hex(),
                                        s.parent_span_id.hex(), s.kind,
                                        {a.key: _value(a.value) for a in s.attributes},
-                                       s.status.code)
+                                       s.status.code, [link.trace_id.hex() for link in s.links])
                         with self.lock:
                             self.spans.append(got)
         elif path == "/v1/metrics":

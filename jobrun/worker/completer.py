@@ -68,6 +68,7 @@ class Completion:
     # The task's max_attempts, lower than the job's, that decided this failed attempt's fate:
     # written to the job (cap_max_attempts) so that it shows the limit that applied.
     limit: int | None = None
+    traceparent: str | None = None  # the job's: the completion span links to its trace
 
 
 class Completer(Service):
@@ -145,7 +146,7 @@ class Completer(Service):
                     await self._linger()
                     batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
                     self.writing = batch
-                    with completion_span(len(batch)):  # a no-op without OpenTelemetry
+                    with completion_span(batch):  # a no-op without OpenTelemetry
                         await self._write(batch)
                     self.writing = []
                     self._last_end = time.monotonic()

@@ -98,10 +98,14 @@ def test_one_trace_from_the_producer_through_the_childs_attempt(db_env, tmp_path
         assert failed.attributes["jobrun.job_id"] == posted.json()["id"]
         assert failed.attributes["jobrun.outcome"] == "failed" and failed.status_code == 2
 
-        # 3. The master: its completion batches as spans, its job counters as instruments.
-        done = wait_for(lambda: receiver.find(name="jobrun.complete", service="jobrun-master"),
-                        timeout=30, message="a completion span")
-        assert all(s.attributes["messaging.batch.message_count"] >= 1 for s in done)
+        # 3. The master: its completion batches as spans linked to the jobs' traces, its job
+        # counters as instruments.
+        def linked(trace):
+            return [s for s in receiver.find(name="jobrun.complete", service="jobrun-master")
+                    if trace in s.links]
+        done = wait_for(lambda: linked(PARENT_TRACE), timeout=30, message="its completion span")
+        assert done[0].attributes["messaging.batch.message_count"] >= 1
+        assert wait_for(lambda: linked(trace_id), timeout=30, message="the first job's completion")
 
         def counted():
             with receiver.lock:

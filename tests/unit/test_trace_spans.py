@@ -98,12 +98,15 @@ def test_the_attempt_span_carries_the_job_and_its_outcome(spans):
     assert run.events[0].attributes["exception.message"] == "ValueError: no"
 
 
-def test_a_completion_batch_is_one_span_with_its_size(spans):
-    with tracing.completion_span(12):
+def test_a_completion_batch_is_one_span_with_its_size_linked_to_its_jobs_traces(spans):
+    batch = [SimpleNamespace(traceparent=TP if n % 4 == 0 else None) for n in range(12)]
+    with tracing.completion_span(batch):
         pass
     [done] = spans.get_finished_spans()
     assert done.name == "jobrun.complete"
     assert done.attributes["messaging.batch.message_count"] == 12
+    assert len(done.links) == 3
+    assert {f"{link.context.trace_id:032x}" for link in done.links} == {TP.split("-")[1]}
 
 
 @pytest.mark.parametrize("text", [
