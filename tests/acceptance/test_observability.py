@@ -3,6 +3,7 @@ per-attempt logs, structured logs and W3C trace context."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 from psycopg.rows import dict_row
 
+import jobrun
 from jobrun.testing import wait_for
 from tests.masterproc import ROOT, MasterProcess, metrics_url
 from tests.masterproc import http_get as get
@@ -204,6 +206,18 @@ def test_each_enqueue_is_a_producer_span_whose_traceparent_the_attempts_continue
     assert many.attributes["messaging.batch.message_count"] == 2
     stored = client.get(job.id).traceparent
     version, trace_id, span_id, _flags = stored.split("-")
+    spans.clear()
+
+    async def produce_async():
+        async with jobrun.AsyncClient(client.dsn, schema=client.settings.schema) as ac:
+            with tracer.start_as_current_span("produce async") as caller:
+                made = await ac.enqueue("noop")
+        return made.job, caller.get_span_context()
+
+    async_job, async_ctx = asyncio.run(produce_async())
+    [async_one] = [s for s in spans.get_finished_spans() if s.name == "jobrun.enqueue noop"]
+    assert async_one.parent.span_id == async_ctx.span_id
+    assert client.get(async_job.id).traceparent.split("-")[2] == f"{async_one.context.span_id:016x}"
     assert (version, trace_id, span_id) == ("00", f"{ctx.trace_id:032x}", f"{one.context.span_id:016x}")
     assert {client.get(i).traceparent.split("-")[2] for i, _ in bulk} == {f"{many.context.span_id:016x}"}
     alone = client.get(untraced.id).traceparent

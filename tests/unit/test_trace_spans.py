@@ -168,3 +168,37 @@ def test_the_job_metrics_are_mirrored_as_instruments_with_an_sdk():
     assert points["jobrun.jobs.dead"][0].value == 1
     [took] = points["jobrun.job.duration"]
     assert took.count == 1 and took.sum == 0.25
+
+
+def test_the_web_makes_its_own_server_span_where_none_is_current(spans, caplog):
+    """Without FastAPI's native telemetry (older FastAPI) the access middleware makes the
+    SERVER span, a child of the request's traceparent, current while the app runs."""
+    import asyncio
+    import logging
+
+    from jobrun.web.access import Access
+
+    seen = {}
+
+    async def app(scope, receive, send):
+        seen["span"] = trace.get_current_span().get_span_context()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "DELETE", "path": "/api/v1/jobs/1",
+             "headers": [(b"traceparent", TP.encode()), (b"x-request-id", b"r-1")]}
+    with caplog.at_level(logging.INFO, logger="jobrun.web.access"):
+        asyncio.run(Access(app)(scope, None, send))
+    [server] = spans.get_finished_spans()
+    assert server.kind == SpanKind.SERVER and server.context.span_id == seen["span"].span_id
+    assert f"{server.parent.span_id:016x}" == "b7ad6b7169203331"
+    assert server.attributes["http.response.status_code"] == 204
+    assert (b"x-request-id", b"r-1") in sent[0]["headers"]
+    [line] = [r for r in caplog.records if r.getMessage() == "web.request"]
+    assert line.jobrun_fields["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+    assert line.jobrun_fields["status"] == 204 and line.jobrun_fields["request_id"] == "r-1"
