@@ -45,6 +45,9 @@ def load() -> tuple[Any, Any] | None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     except ImportError:  # pragma: no cover - exercised when the extra is absent
         return None
+    if enabled():  # the fork server calls this: its children then find the SDK imported
+        with contextlib.suppress(ImportError):  # configure() says what is missing
+            _sdk_modules()
     return trace, TraceContextTextMapPropagator
 
 
@@ -104,20 +107,22 @@ def configure(service: str, environ: Mapping[str, str] = os.environ) -> bool:
         return False
     global _started
     try:
-        from opentelemetry import metrics, trace
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        _sdk_modules()
     except ImportError as exc:
         from jobrun.errors import InvalidInput
 
         raise InvalidInput(f"OTEL_ENABLED=true needs the OpenTelemetry SDK and its OTLP/HTTP"
                            f" exporter (pip install 'jobrun[otel-export]'): cannot import"
                            f" {exc.name}") from None
+    from opentelemetry import metrics, trace
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     resource = Resource.create({} if environ.get("OTEL_SERVICE_NAME") else
                                {"service.name": service})
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
@@ -129,6 +134,15 @@ def configure(service: str, environ: Mapping[str, str] = os.environ) -> bool:
         metrics.set_meter_provider(MeterProvider(
             resource=resource, metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]))
     return True
+
+
+def _sdk_modules() -> None:
+    """Import what configure() sets up (no thread is started by the imports)."""
+    import opentelemetry.exporter.otlp.proto.http.metric_exporter  # noqa: F401
+    import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
+    import opentelemetry.sdk.metrics.export  # noqa: F401
+    import opentelemetry.sdk.resources  # noqa: F401
+    import opentelemetry.sdk.trace.export  # noqa: F401
 
 
 def meter() -> Any:

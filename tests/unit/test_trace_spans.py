@@ -202,3 +202,15 @@ def test_the_web_makes_its_own_server_span_where_none_is_current(spans, caplog):
     [line] = [r for r in caplog.records if r.getMessage() == "web.request"]
     assert line.jobrun_fields["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
     assert line.jobrun_fields["status"] == 204 and line.jobrun_fields["request_id"] == "r-1"
+
+
+def test_otel_enabled_without_the_exporter_says_what_to_install(monkeypatch):
+    from jobrun.errors import InvalidInput
+
+    assert tracing.configure("jobrun-test", environ={}) is False  # off: nothing set up
+    monkeypatch.setitem(__import__("sys").modules,
+                        "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(InvalidInput) as info:
+        tracing.configure("jobrun-test", environ={"OTEL_ENABLED": "true"})
+    assert "pip install 'jobrun[otel-export]'" in str(info.value)
+    assert "opentelemetry.exporter.otlp.proto.http.trace_exporter" in str(info.value)
