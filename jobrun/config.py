@@ -69,6 +69,22 @@ def _queue_names(value: Any) -> tuple[str, ...]:
     return tuple(q for q, _ in dispatch.parse_queues(value))
 
 
+def _origins(value: Any) -> tuple[str, ...]:
+    """Browser origins `jobrun web` allows (CORS): a list, or text separated by commas or
+    spaces; each exactly scheme://host[:port], never '*'."""
+    items = value.replace(",", " ").split() if isinstance(value, str) else list(value)
+    out = []
+    for origin in items:
+        origin = str(origin).strip()
+        if origin == "*":
+            raise InvalidInput("'*' (every origin) is refused: name each allowed origin,"
+                               " e.g. https://console.example.com")
+        if "://" not in origin or origin.endswith("/") or origin.count("/") != 2:
+            raise InvalidInput(f"invalid origin {origin!r}: scheme://host[:port], no path")
+        out.append(origin)
+    return tuple(dict.fromkeys(out))
+
+
 def _queue_limits(value: Any) -> tuple[tuple[str, int], ...]:
     return tuple((q, n) for q, n in dispatch.parse_queues(value) if n is not None)
 
@@ -149,6 +165,9 @@ class Settings:
     metrics_allow_remote: bool = setting(False, _flag, reload=False)
     log_format: str = setting("text", _word, choices=LOG_FORMATS, reload=False)
     log_level: str = setting("info", _word, choices=LOG_LEVELS, reload=False)
+    # jobrun web: the browser origins it answers with CORS headers and lets change things
+    # (exact origins; --allow-origin adds to them)
+    web_allow_origins: tuple[str, ...] = setting((), _origins, reload=False)
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)

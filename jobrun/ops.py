@@ -19,7 +19,7 @@ from jobrun.errors import InvalidInput, NotFound, Refused, StaleVersion, Unknown
 from jobrun.records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
 from jobrun.sql import Queries
 from jobrun.states import STATUSES, TERMINAL
-from jobrun.tracing import current_traceparent
+from jobrun.tracing import producer
 
 PURGE_BATCH = 5000
 LIST_MAX = 10000  # jobs a list returns at most
@@ -72,6 +72,7 @@ def _payload_limit_steps(q: Queries, limit: int):
         yield Step(q.set_payload_limit, {"limit": str(limit)})
 
 
+@producer("enqueue")
 def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: str = "default",
             priority: int | None = None, run_at: datetime | None = None,
             delay: float | str | None = None, max_attempts: int | None = None,
@@ -89,7 +90,7 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
         "run_at": when, "delay": secs,
         "max_attempts": validate.max_attempts(max_attempts),
         "idempotency_key": validate.idempotency_key(idempotency_key),
-        "traceparent": traceparent or current_traceparent(),
+        "traceparent": traceparent,
         "concurrency_key": validate.concurrency_key(concurrency_key),
     }
     if params["idempotency_key"] is None:
@@ -113,6 +114,7 @@ def enqueue(q: Queries, limit: int, task: str, payload: Any = None, *, queue: st
         row = {k: v for k, v in row.items() if v is not None}
     if created:
         row["concurrency_key"] = params["concurrency_key"]
+        row["traceparent"] = params["traceparent"]
     # The stored payload equals ours (a replay with another body is a conflict), so it is not
     # read back from the database.
     stored = json.loads(text) if payload_is_json else payload
@@ -167,13 +169,14 @@ def _column(options: dict[int, tuple], field: int, default: Any, count: int) -> 
     return column
 
 
+@producer("enqueue_many")
 def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, Any]], *,
                  queue: str = "default", priority: int | None = None,
                  run_at: datetime | None = None, delay: float | str | None = None,
                  max_attempts: int | None = None, concurrency_key: str | None = None,
-                 wake_after: bool = False) -> Op:
+                 wake_after: bool = False, traceparent: str | None = None) -> Op:
     """Priority and max_attempts left None (call and item) take the queue's defaults.
-    ``wake_after`` as for enqueue."""
+    ``wake_after`` as for enqueue; ``traceparent`` is stored on every job."""
     validate.queue_name(queue)
     if priority is not None:
         validate.priority(priority)
@@ -224,7 +227,7 @@ def enqueue_many(q: Queries, limit: int, items: Iterable[JobSpec | tuple[str, An
         return at if secs is None else base + timedelta(seconds=secs)  # type: ignore[operator]
 
     run_ats = [absolute(w) for w in whens] if whens is not None else None
-    tp = current_traceparent()
+    tp = traceparent
     if keys is None:
         # Every job is new: a plain insert. Payload sizes were checked above, with the cap the
         # SQL functions use.

@@ -36,6 +36,7 @@ from jobrun.app import App, Job, TaskDef, load_app
 from jobrun.child.capture import LogCapture
 from jobrun.child.effects import EffectRunner, from_environment
 from jobrun.errors import Cancelled, InvalidInput, LeaseLost, Permanent, Retry, SoftTimeLimit
+from jobrun import tracing
 from jobrun.tracing import attempt_span
 from jobrun.policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, run_time_average, should_recycle
 
@@ -248,20 +249,20 @@ class ChildRuntime:
                              f" (registered: {known})"}
         self._current = (job, time.monotonic())
         self._title()
-        with self.capture.attempt() as log:
+        with self.capture.attempt() as log, attempt_span(job, frame.get("traceparent")) as span:
             try:
-                result = self._run_handler(task, job, frame.get("owner", ""),
-                                           frame.get("traceparent"), log.text)
+                result = self._run_handler(task, job, frame.get("owner", ""), log.text)
             except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
                 # Arrived after the handler returned, while its result was being built.
                 result = self._interrupted(exc)
             finally:
                 self._current = None
+            span(result)
         if not result.get("recorded"):
             result["log"] = log.text()
         return result
 
-    def _run_handler(self, task: TaskDef, job: Job, owner: str, traceparent: str | None,
+    def _run_handler(self, task: TaskDef, job: Job, owner: str,
                      log_text: Callable[[], str | None]) -> dict[str, Any]:
         soft = task.soft_time_limit or self.default_soft_limit
         self._pending = None
@@ -269,15 +270,14 @@ class ChildRuntime:
             self._in_handler = True
             if soft:
                 signal.setitimer(signal.ITIMER_REAL, soft)
-            with attempt_span(job.task, job.id, job.attempt, job.queue, traceparent):
-                if task.transactional:
-                    text, skipped = self.effects.run(task, job, owner, log_text)
-                    return {"outcome": SUCCEEDED, "result": text, "recorded": True,
-                            "effects_skipped": skipped}
-                if task.is_async:
-                    value = self._event_loop().run_until_complete(self._run_async(task, job))
-                else:
-                    value = task.fn(job)
+            if task.transactional:
+                text, skipped = self.effects.run(task, job, owner, log_text)
+                return {"outcome": SUCCEEDED, "result": text, "recorded": True,
+                        "effects_skipped": skipped}
+            if task.is_async:
+                value = self._event_loop().run_until_complete(self._run_async(task, job))
+            else:
+                value = task.fn(job)
         except Retry as exc:
             return {"outcome": RETRY, "delay": exc.delay, "error": str(exc)}
         except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
@@ -422,6 +422,7 @@ def run_child(app: App, app_spec: str, sock: socket.socket, index: int, master_p
     ``capture``: the log capture the fork server built for its children, else a new one."""
     code = protocol.EXIT_OK
     try:
+        tracing.configure("jobrun-child")  # OTEL_ENABLED=true: each child exports its spans
         runtime = ChildRuntime(app, sock, index, max_tasks=max_tasks, max_memory=max_memory,
                                soft_time_limit=soft_time_limit, capture=capture)
         runtime.app_spec = app_spec
@@ -436,6 +437,7 @@ def run_child(app: App, app_spec: str, sock: socket.socket, index: int, master_p
         traceback.print_exc()
         code = 1
     finally:
+        tracing.flush()  # os._exit below skips the provider's own shutdown
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)

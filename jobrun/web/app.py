@@ -1,5 +1,6 @@
-"""The ASGI application of `jobrun web`: routes, the error envelope, the front-door guard and
-CORS for explicitly allowed origins only."""
+"""The ASGI application of `jobrun web`: routes, the error envelope, the front-door guard,
+CORS for explicitly allowed origins only, and around it all each request's id, span and
+access line (jobrun.web.access)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi import Depends, FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 
 from jobrun import __version__, config, foreign, sdnotify
-from jobrun.web import (envelope, events, models, routes_jobs, routes_observe, routes_queues,
+from jobrun.web import (access, envelope, events, models, routes_jobs, routes_observe, routes_queues,
                         routes_schedules)
 from jobrun.web.guard import HEALTHZ, Guard, Policy
 from jobrun.web.pool import Database
@@ -49,6 +50,12 @@ def with_bearer(doc: dict) -> dict:
     return doc
 
 
+class Api(FastAPI):
+    def build_middleware_stack(self):
+        # Outside Starlette's error middleware: a 500 gets its request id and access line too.
+        return access.Access(super().build_middleware_stack())
+
+
 def create_app(settings: config.Settings, *, token: str | None = None,
                allow_origins: tuple[str, ...] = (), hosts: frozenset[str] = frozenset()):
     database = Database(settings)
@@ -67,7 +74,7 @@ def create_app(settings: config.Settings, *, token: str | None = None,
             await database.close()
             notify.close()
 
-    app = FastAPI(title="jobrun", version=__version__, lifespan=lifespan,
+    app = Api(title="jobrun", version=__version__, lifespan=lifespan,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None,
                   dependencies=[Depends(known_query_only)])
     app.state.db = database
@@ -91,5 +98,7 @@ def create_app(settings: config.Settings, *, token: str | None = None,
         app.add_middleware(CORSMiddleware, allow_origins=list(allow_origins),
                            allow_methods=["GET", "POST", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "If-Match",
-                                          "Idempotency-Key"], expose_headers=["ETag"])
+                                          "Idempotency-Key", "X-Request-ID", "traceparent",
+                                          "tracestate"],
+                           expose_headers=["ETag", "X-Request-ID"])
     return app

@@ -20,7 +20,8 @@ def web(
              " (required to bind a non-loopback address).")] = None,
     allow_origin: Annotated[Optional[list[str]], typer.Option(
         "--allow-origin", metavar="ORIGIN", show_default=False,
-        help="Repeatable: a browser origin (scheme://host:port) allowed to change things.")]
+        help="Repeatable: a browser origin (scheme://host:port) allowed to change things"
+             " (added to the web_allow_origins setting).")]
     = None,
     request_timeout: Annotated[float, typer.Option(
         "--request-timeout", metavar="SECONDS",
@@ -43,4 +44,5 @@ def web(
     settings = settings.replace(database_url=config.resolve_dsn(settings))
     from jobrun.web.server import serve  # FastAPI is imported by this command alone
 
-    serve(settings, bind, token_file, tuple(allow_origin or ()), request_timeout, max_connections)
+    origins = tuple(dict.fromkeys([*settings.web_allow_origins, *(allow_origin or ())]))
+    serve(settings, bind, token_file, origins, request_timeout, max_connections)

@@ -1,4 +1,5 @@
-"""The one error envelope of the HTTP API: ``{"message", "code", "fields"}`` for every error.
+"""The one error envelope of the HTTP API: ``{"message", "code", "fields", "request_id"}`` for
+every error (``request_id``: the request's, as its X-Request-ID header says; jobrun.web.access).
 
 Every way a request can fail ends here: jobrun's own errors (bad input, not found, conflict,
 a stale version), FastAPI's request validation and HTTP errors, malformed JSON, and anything
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextvars import ContextVar
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -31,6 +33,8 @@ from jobrun.logs import event
 from jobrun.redact import redact_text
 
 log = logging.getLogger("jobrun.web")
+# The request being answered (set by jobrun.web.access for each request, in its own task).
+REQUEST_ID: ContextVar[str | None] = ContextVar("jobrun_request_id", default=None)
 
 # code -> HTTP status. The API answers with no other codes.
 CODES = {
@@ -55,6 +59,7 @@ class ErrorBody(BaseModel):
     code: str
     fields: dict[str, str] = {}
     current: dict[str, Any] | None = None  # 409 on a stale version: the job or queue as it is now
+    request_id: str | None = None  # the X-Request-ID of the request, to find it in the log
 
 
 class ApiError(Exception):
@@ -69,6 +74,11 @@ def error_response(code: str, message: str, fields: dict[str, str] | None = None
     body: dict[str, Any] = {"message": message, "code": code, "fields": fields or {}}
     if current is not None:
         body["current"] = current
+    request_id = REQUEST_ID.get()
+    if request_id is not None:
+        body["request_id"] = request_id
+        # Here too, for an answer that does not pass the middleware (a 500 is sent outside it).
+        headers = {**(headers or {}), "X-Request-ID": request_id}
     return JSONResponse(body, status_code=CODES[code], headers=headers)
 
 

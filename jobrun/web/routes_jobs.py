@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from jobrun import ops
+from jobrun import ops, tracing
 from jobrun.records import AttemptRecord, JobRecord
 from jobrun.web import reads
 from jobrun.web.envelope import ApiError, responses
@@ -85,6 +85,9 @@ def expected_version(body: GuardBody = None, if_match: IfMatch = None) -> int | 
 
 
 Version = Annotated[Optional[int], Depends(expected_version)]
+# A producer's W3C trace context: the new jobs continue its trace (a malformed one is ignored).
+TraceParent = Annotated[Optional[str], Header(
+    alias="traceparent", description="W3C trace context the new jobs continue")]
 
 
 @router.post("/jobs", status_code=201, response_model=JobRecord,
@@ -92,7 +95,8 @@ Version = Annotated[Optional[int], Depends(expected_version)]
                         **responses(*WRITE, "conflict")})
 async def enqueue(request: Request, job: NewJob,
                   idempotency_key: Annotated[Optional[str], Header(
-                      alias="Idempotency-Key", **given(IDEMPOTENCY_RULE))] = None):
+                      alias="Idempotency-Key", **given(IDEMPOTENCY_RULE))] = None,
+                  traceparent: TraceParent = None):
     """Enqueue one job. 201 when created; 200 when the idempotency key names a stored job
     with the same task and payload; 409 when it names one with another."""
     key = job.idempotency_key
@@ -105,16 +109,17 @@ async def enqueue(request: Request, job: NewJob,
     result = await d.run(ops.enqueue(
         d.q, d.limit, job.task, job.payload, queue=job.queue, priority=job.priority,
         run_at=job.run_at, delay=job.delay, max_attempts=job.max_attempts, idempotency_key=key,
-        concurrency_key=job.concurrency_key))
+        concurrency_key=job.concurrency_key, traceparent=tracing.valid_traceparent(traceparent)))
     return job_reply(result.job, 201 if result.created else 200, created=result.created)
 
 
 @router.post("/jobs/batch", status_code=201, responses={
     200: {"description": "every job was an idempotent replay"}, **responses(*WRITE, "conflict")})
-async def enqueue_batch(request: Request, batch: NewJobs):
+async def enqueue_batch(request: Request, batch: NewJobs, traceparent: TraceParent = None):
     """Enqueue up to 1000 jobs in one statement; returns {"jobs": [{"id", "created"}]} in order."""
     d = db(request)
-    made = await d.run(ops.enqueue_many(d.q, d.limit, [j.spec() for j in batch.jobs]))
+    made = await d.run(ops.enqueue_many(d.q, d.limit, [j.spec() for j in batch.jobs],
+                                        traceparent=tracing.valid_traceparent(traceparent)))
     jobs = [{"id": i, "created": c} for i, c in made]
     return reply({"jobs": jobs}, 201 if any(c for _, c in made) else 200)
 

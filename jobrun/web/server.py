@@ -120,6 +120,9 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
     if max_connections is not None and max_connections < 1:
         raise InvalidInput(f"invalid --max-connections {max_connections}: 1 or more")
     origins = tuple(check_origin(o) for o in allow_origins)
+    from jobrun import tracing
+
+    tracing.configure("jobrun-web")  # OTEL_ENABLED=true: request spans over OTLP
     hosts = loopback_hosts(where.host, where.port) if where.loopback else frozenset()
     # The console's files at /, the guarded API at /api (jobrun/web/console).
     app = console.beside(create_app(settings, token=token, allow_origins=origins, hosts=hosts))

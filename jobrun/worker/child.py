@@ -49,6 +49,7 @@ class Inflight:
     created_at: float
     claimed: float  # monotonic: when this master claimed it (the lease's start)
     dispatched: float = 0.0  # monotonic: when its child started it (0 while it waits)
+    traceparent: str | None = None  # the producer's, for the completion span's link
     timer: asyncio.TimerHandle | None = None
 
 

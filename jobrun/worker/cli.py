@@ -33,6 +33,7 @@ import typer  # noqa: E402
 
 from jobrun import config
 from jobrun import logs
+from jobrun import tracing
 from jobrun.errors import JobrunError
 from jobrun.logs import event
 
@@ -94,6 +95,11 @@ def run(
         raise typer.Exit(2)
     logs.setup(settings.log_format, settings.log_level)
     log = logging.getLogger("jobrun.master")
+    try:
+        tracing.configure("jobrun-master")  # OTEL_ENABLED=true: spans and metrics over OTLP
+    except JobrunError as exc:
+        typer.echo(f"jobrun-master: error: {exc}", err=True)
+        raise typer.Exit(2)
     try:
         dsn_value = config.resolve_dsn(settings)
     except JobrunError as exc:

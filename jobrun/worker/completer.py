@@ -35,6 +35,7 @@ from jobrun.store.arrays import Float8s, Int4s, Int8s, Texts
 from jobrun.store.connector import COMPLETIONS, Connector
 from jobrun.worker.lifecycle import Service
 from jobrun.logs import event
+from jobrun.tracing import completion_span
 from jobrun.sql import Queries
 
 log = logging.getLogger("jobrun.completer")
@@ -67,6 +68,7 @@ class Completion:
     # The task's max_attempts, lower than the job's, that decided this failed attempt's fate:
     # written to the job (cap_max_attempts) so that it shows the limit that applied.
     limit: int | None = None
+    traceparent: str | None = None  # the job's: the completion span links to its trace
 
 
 class Completer(Service):
@@ -144,7 +146,8 @@ class Completer(Service):
                     await self._linger()
                     batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
                     self.writing = batch
-                    await self._write(batch)
+                    with completion_span(batch):  # a no-op without OpenTelemetry
+                        await self._write(batch)
                     self.writing = []
                     self._last_end = time.monotonic()
                     if len(self.pending) < MAX_BATCH and not self._draining:

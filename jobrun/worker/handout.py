@@ -206,7 +206,8 @@ class HandOut:
     def _assign(self, child: Child, row: dict[str, Any], batches: Batch, claimed: float) -> None:
         job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
                        attempts=row["attempts"], max_attempts=row["max_attempts"],
-                       crashes=row["crashes"], created_at=row["created_at"], claimed=claimed)
+                       crashes=row["crashes"], created_at=row["created_at"], claimed=claimed,
+                       traceparent=row["traceparent"])
         frame = self._frames.frame(
             id=job.id, token=job.token, task=job.task, queue=job.queue, attempt=job.attempts,
             max_attempts=job.max_attempts, priority=row["priority"], created_at=job.created_at,

@@ -105,6 +105,9 @@ class Metrics:
                                       buckets=WAIT_BUCKETS, registry=r)
         self.build = Gauge("jobrun_build_info", "jobrun build", ["version", "python"], registry=r)
         self.build.labels(__version__, platform.python_version()).set(1)
+        from jobrun.worker.otelmetrics import mirror
+
+        mirror(self)  # as OpenTelemetry instruments too, when those are on
 
     def set_children(self, states: dict[str, int]) -> None:
         for state in ("starting", "standby", "idle", "busy", "retiring"):

@@ -3,6 +3,7 @@ per-attempt logs, structured logs and W3C trace context."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 from psycopg.rows import dict_row
 
+import jobrun
 from jobrun.testing import wait_for
 from tests.masterproc import ROOT, MasterProcess, metrics_url
 from tests.masterproc import http_get as get
@@ -173,21 +175,16 @@ def test_attempt_logs_are_captured_bounded_and_shown(db_env, tmp_path, client, c
 otel = pytest.importorskip("opentelemetry.sdk.trace")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def spans():
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from tests.otel import memory_spans
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
+    exporter = memory_spans()
+    exporter.clear()
     return exporter
 
 
-def test_traceparent_stored_only_for_traced_producers_and_attempts_are_siblings(client, spans):
+def test_each_enqueue_is_a_producer_span_whose_traceparent_the_attempts_continue(client, spans):
     import socket as sockets
 
     from opentelemetry import trace
@@ -195,17 +192,36 @@ def test_traceparent_stored_only_for_traced_producers_and_attempts_are_siblings(
     from jobrun.child.runtime import ChildRuntime
     from tests.apps.obsapp import app
 
-    untraced = client.enqueue("noop").job
-    assert client.get(untraced.id).traceparent is None
     tracer = trace.get_tracer("test")
     with tracer.start_as_current_span("produce") as parent:
         job = client.enqueue("boom").job
         bulk = client.enqueue_many([("noop", None)] * 2)
+    untraced = client.enqueue("noop").job  # outside a span: a trace of its own
     ctx = parent.get_span_context()
+    producers = {s.name: s for s in spans.get_finished_spans()
+                 if s.kind == trace.SpanKind.PRODUCER}
+    one, many = producers["jobrun.enqueue boom"], producers["jobrun.enqueue_many"]
+    assert one.parent.span_id == many.parent.span_id == ctx.span_id
+    assert one.attributes["jobrun.job_id"] == job.id
+    assert many.attributes["messaging.batch.message_count"] == 2
     stored = client.get(job.id).traceparent
     version, trace_id, span_id, _flags = stored.split("-")
-    assert (version, trace_id, span_id) == ("00", f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}")
-    assert all(client.get(i).traceparent == stored for i, _ in bulk)
+    spans.clear()
+
+    async def produce_async():
+        async with jobrun.AsyncClient(client.dsn, schema=client.settings.schema) as ac:
+            with tracer.start_as_current_span("produce async") as caller:
+                made = await ac.enqueue("noop")
+        return made.job, caller.get_span_context()
+
+    async_job, async_ctx = asyncio.run(produce_async())
+    [async_one] = [s for s in spans.get_finished_spans() if s.name == "jobrun.enqueue noop"]
+    assert async_one.parent.span_id == async_ctx.span_id
+    assert client.get(async_job.id).traceparent.split("-")[2] == f"{async_one.context.span_id:016x}"
+    assert (version, trace_id, span_id) == ("00", f"{ctx.trace_id:032x}", f"{one.context.span_id:016x}")
+    assert {client.get(i).traceparent.split("-")[2] for i, _ in bulk} == {f"{many.context.span_id:016x}"}
+    alone = client.get(untraced.id).traceparent
+    assert alone is not None and alone.split("-")[1] != trace_id
 
     ours, theirs = sockets.socketpair()
     try:
@@ -224,7 +240,9 @@ def test_traceparent_stored_only_for_traced_producers_and_attempts_are_siblings(
     assert len(runs) == 2
     for span in runs:
         assert span.context.trace_id == ctx.trace_id
-        assert span.parent.span_id == ctx.span_id  # children of the producer: siblings
+        assert span.parent.span_id == one.context.span_id  # children of the producer: siblings
         assert span.attributes["jobrun.job_id"] == job.id
+        assert span.attributes["jobrun.outcome"] == "failed"
         assert not span.status.is_ok
     assert runs[0].attributes["jobrun.attempt"] == 1 and runs[1].attributes["jobrun.attempt"] == 2
+    assert [r.attributes["jobrun.lease_token"] for r in runs] == [1, 2]

@@ -213,7 +213,20 @@ def test_the_table_names_every_setting_once_with_a_rule():
     assert list(config.RULES) == names
     start_only = {n for n, rule in config.RULES.items() if not rule.reload}
     assert start_only == {"database_url", "schema", "state_dir", "pooled", "app", "spawn",
-                          "metrics_addr", "metrics_allow_remote", "log_format", "log_level"}
+                          "metrics_addr", "metrics_allow_remote", "log_format", "log_level",
+                          "web_allow_origins"}
+
+
+def test_web_origins_are_exact_and_never_every_origin():
+    environ = {"JOBRUN_WEB_ALLOW_ORIGINS": "https://a.example, http://b.example:8080"}
+    assert config.load(environ=environ).web_allow_origins == ("https://a.example",
+                                                              "http://b.example:8080")
+    for bad, says in (("*", "'*' (every origin) is refused"),
+                      ("https://a.example/", "scheme://host[:port]"),
+                      ("a.example", "scheme://host[:port]")):
+        with pytest.raises(InvalidInput) as info:
+            config.load(environ={"JOBRUN_WEB_ALLOW_ORIGINS": f"https://ok.example {bad}"})
+        assert "JOBRUN_WEB_ALLOW_ORIGINS" in str(info.value) and says in str(info.value)
 
 
 def test_a_reload_keeps_what_is_read_at_start_only():
