@@ -12,11 +12,19 @@ the dispatcher's path is exactly the Prometheus one.
     jobrun_jobs_total               jobrun.jobs           counter    queue, task, outcome
     jobrun_jobs_dead_total          jobrun.jobs.dead      counter    queue, task
     jobrun_job_duration_seconds     jobrun.job.duration   histogram  queue, task (s)
+
+Every other family of the registry is an observable instrument read at each export (nothing
+is added to the path that counts it): a counter ``jobrun_X_total`` as the observable counter
+``jobrun.X``, a gauge ``jobrun_X`` as the observable gauge ``jobrun.X``, a histogram
+``jobrun_X`` as the observable counters ``jobrun.X.count`` and ``jobrun.X.sum`` (an
+observable histogram does not exist); labels become attributes.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterable
+
+from prometheus_client.metrics import MetricWrapperBase
 
 from jobrun import tracing
 
@@ -50,8 +58,43 @@ class Tee:
         return getattr(self.family, name)
 
 
+def _reader(family: MetricWrapperBase, sample: str) -> Callable[[Any], Iterable[Any]]:
+    """The callback of an observable instrument: ``family``'s samples named ``sample``."""
+    from opentelemetry.metrics import Observation
+
+    def observe(options: Any) -> Iterable[Any]:
+        return [Observation(s.value, dict(s.labels))
+                for metric in family.collect() for s in metric.samples if s.name == sample]
+    return observe
+
+
+def observe_the_rest(meter: Any, metrics: Any, teed: set[str]) -> list[str]:
+    """Every family of ``metrics`` not in ``teed`` as observable instruments; their names."""
+    names = []
+    for family in vars(metrics).values():
+        if not isinstance(family, MetricWrapperBase) or family._name in teed:
+            continue
+        base, help_ = family._name, family._documentation
+        name = "jobrun." + base.removeprefix("jobrun_")
+        if family._type == "counter":
+            meter.create_observable_counter(name, [_reader(family, base + "_total")],
+                                            description=help_)
+            names.append(name)
+        elif family._type == "gauge":
+            meter.create_observable_gauge(name, [_reader(family, base)], description=help_)
+            names.append(name)
+        elif family._type == "histogram":
+            for part in ("count", "sum"):
+                meter.create_observable_counter(f"{name}.{part}",
+                                                [_reader(family, f"{base}_{part}")],
+                                                description=f"{help_} ({part})")
+                names.append(f"{name}.{part}")
+    return names
+
+
 def mirror(metrics: Any) -> bool:
-    """Tee ``metrics``' job families into OpenTelemetry instruments when metrics are on."""
+    """Tee ``metrics``' job families into OpenTelemetry instruments when metrics are on, and
+    observe the others."""
     meter = tracing.meter()
     if meter is None:
         return False
@@ -65,4 +108,6 @@ def mirror(metrics: Any) -> bool:
     metrics.duration = Tee(metrics.duration, meter.create_histogram(
         "jobrun.job.duration", unit="s", description="Attempt run time in the child",
         explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS)), ("queue", "task"))
+    observe_the_rest(meter, metrics, {"jobrun_jobs", "jobrun_jobs_dead",
+                                      "jobrun_job_duration_seconds"})
     return True

@@ -170,6 +170,45 @@ def test_the_job_metrics_are_mirrored_as_instruments_with_an_sdk():
     assert took.count == 1 and took.sum == 0.25
 
 
+
+def test_every_other_family_is_observed_at_export():
+    """Counters, gauges and histograms other than the job families reach OpenTelemetry as
+    observable instruments, read at each export with their labels as attributes (on a meter
+    provider of the test's own: the process's global one already observes another Metrics)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from jobrun.worker.metrics import Metrics
+    from jobrun.worker.otelmetrics import observe_the_rest
+
+    m = Metrics()
+    reader = InMemoryMetricReader()
+    teed = {"jobrun_jobs", "jobrun_jobs_dead", "jobrun_job_duration_seconds"}
+    names = observe_the_rest(MeterProvider(metric_readers=[reader]).get_meter("t"), m, teed)
+    families = {f._name for f in vars(m).values() if hasattr(f, "_type")} - teed
+    assert len(families) > 20
+    assert {n.split(".")[1] for n in names} == {f.removeprefix("jobrun_") for f in families}
+    m.child_exits.labels("crash").inc(3)
+    m.children.labels("busy").set(2)
+    m.claim_batch.observe(8)
+    m.claim_batch.observe(4)
+    points: dict[str, list] = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                points.setdefault(metric.name, []).extend(metric.data.data_points)
+    assert 3 in [p.value for p in points["jobrun.child_exits"]
+                 if dict(p.attributes) == {"reason": "crash"}]
+    assert ("busy", 2) in {(dict(p.attributes).get("state"), p.value)
+                           for p in points["jobrun.children"]}
+    assert 2 in [p.value for p in points["jobrun.claim_batch_size.count"]]
+    assert 12 in [p.value for p in points["jobrun.claim_batch_size.sum"]]
+    for family in ("jobrun_lease_fenced", "jobrun_generation", "jobrun_schedule_fire_lag_seconds",
+                   "jobrun_build_info", "jobrun_reload_failures"):
+        name = "jobrun." + family.removeprefix("jobrun_")
+        assert name in points or name + ".count" in points, family
+
+
 def test_the_web_makes_its_own_server_span_where_none_is_current(spans, caplog):
     """Without FastAPI's native telemetry (older FastAPI) the access middleware makes the
     SERVER span, a child of the request's traceparent, current while the app runs."""
