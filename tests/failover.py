@@ -27,11 +27,13 @@ sync mode, the new primary waits for it again.
 from __future__ import annotations
 
 import os
+import signal
 import time
+from pathlib import Path
 
 import psycopg
 
-from jobrun.testing import Cluster, wait_for
+from jobrun.testing import Cluster, _children, wait_for
 
 MODES = ("sync", "async")
 PROMOTE_DEADLINE = 60.0  # seconds from the kill until the replica takes writes
@@ -98,6 +100,20 @@ class FailoverPair:
                 conn.execute("SELECT pg_reload_conf()")
                 wait_for(lambda: state("sync", "sync_state"), timeout=30,
                          message=f"{name} to be the synchronous standby")
+
+    def hold_replication(self) -> None:
+        """Stop (SIGSTOP) the primary's WAL senders: from now on its commits do not reach the
+        replica, as when a replica lags. The next ``failover`` kills them stopped, so in async
+        mode whatever the primary committed meanwhile is lost. (Stopping the replica's
+        receiver instead would not do: what the sender already wrote into the socket is still
+        there to read after the sender died.)"""
+        if self.mode == "sync":
+            raise ValueError("a sync primary would wait for its held replica forever")
+        senders = [pid for pid in _children(self.primary.postmaster_pid() or -1)
+                   if b"walsender" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert senders, "the primary has no WAL sender"
+        for pid in senders:
+            os.kill(pid, signal.SIGSTOP)
 
     def failover(self) -> float:
         """Kill the primary (SIGKILL of its postmaster and processes), promote the replica,

@@ -119,15 +119,16 @@ def session_options(dsn: str, settings: dict[str, str]) -> str:
 
 
 def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
+    """A connection to ``dsn`` (to its writable host, when it names several: follow_primary)."""
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, row_factory=dict_row, **kwargs)
+        return psycopg.connect(follow_primary(dsn), autocommit=autocommit, row_factory=dict_row, **kwargs)
     except psycopg.Error as exc:
         raise translate(exc, dsn) from None
 
 
 async def connect_async(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.AsyncConnection:
     try:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, row_factory=dict_row, **kwargs)
+        return await psycopg.AsyncConnection.connect(follow_primary(dsn), autocommit=autocommit, row_factory=dict_row, **kwargs)
     except psycopg.Error as exc:
         raise translate(exc, dsn) from None
 

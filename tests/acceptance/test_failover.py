@@ -10,9 +10,11 @@ enqueues:
 - sync: nothing acknowledged is lost, every job ends succeeded, effects are applied once, and
   no two starts share a lease token; in the same test the pair is rebuilt and fails over back
   to the first host, with the same result.
-- async: what the new primary lacks is counted (acknowledged enqueues missing, and lease
-  tokens drawn twice because the claim that drew one first was lost), printed, and held to a
-  bound; everything else is as in sync mode.
+- async: the replica is made to lag (its WAL receiver stopped) while the load goes on, so the
+  new primary lacks the last commits. What it lacks is counted (acknowledged enqueues missing,
+  their ids perhaps drawn again for other jobs; outcomes lost, so jobs run again; lease tokens
+  drawn twice, each time by another owner id since the master changed its own), printed, and
+  held to a bound; everything else is as in sync mode.
 
 The time to recover, from the kill to the first attempt started on the new primary, is printed.
 """
@@ -133,6 +135,12 @@ def test_masters_follow_a_failover_under_load(tmp_path, mode):
             producer.start()
             try:
                 _progress(pair.dsn, BACKLOG // 3)
+                if mode == "async":  # the replica lags: what the primary commits now is lost
+                    pair.hold_replication()
+                    acked = len(producer.acked)
+                    _progress(pair.dsn, BACKLOG // 3 + 100)
+                    wait_for(lambda: len(producer.acked) >= acked + 2 * BATCH, timeout=30,
+                             message="enqueues while the replica lags")
                 _fail_over(pair, "first failover")
                 _progress(pair.dsn, 2 * BACKLOG // 3)
                 if mode == "sync":
@@ -149,20 +157,30 @@ def test_masters_follow_a_failover_under_load(tmp_path, mode):
                 outcome = after_faults(conn, SCHEMA, ttl=TTL, reaper_period=REAPER_PERIOD,
                                        enqueued=producer.acked)
             stderr = fleet.stderr()
-    missing = [job for problem, job in outcome.violations if problem == "lost (missing)"]
-    redrawn = [job for problem, job in outcome.violations
-               if problem == "two starts under one lease token"]
-    others = [v for v in outcome.violations
-              if v[0] not in ("lost (missing)", "two starts under one lease token")]
-    print(f"[{mode}] {len(producer.acked)} jobs acknowledged ({producer.refused} batches refused"
-          f" during the failover), {len(missing)} lost, {len(redrawn)} tokens drawn twice;"
-          f" {outcome.figures}")
+    # What an async failover may lose, each counted: an acknowledged enqueue, a start record
+    # (the table is on the same server: a job may then succeed on the new primary under the
+    # claim it kept, its start unrecorded), a claim (the token drawn again, by a new owner id).
+    losses = ("lost (missing)", "two starts under one lease token",
+              "succeeded without a recorded start")
+    missing = [job for problem, job in outcome.violations if problem == losses[0]]
+    redrawn = [job for problem, job in outcome.violations if problem == losses[1]]
+    unrecorded = [job for problem, job in outcome.violations if problem == losses[2]]
+    others = [v for v in outcome.violations if v[0] not in losses]
+    # A lost enqueue's id may be drawn again by the new primary's sequence for another job, so
+    # losses are counted as acknowledged enqueues minus jobs there (a refused batch that
+    # committed anyway would hide as many), and ids acknowledged twice as reused.
+    lost = len(producer.acked) - outcome.figures["jobs"]
+    reused = len(producer.acked) - len(set(producer.acked))
+    print(f"[{mode}] {len(producer.acked)} enqueues acknowledged ({producer.refused} batches"
+          f" refused during the failover): {lost} lost, {reused} of their ids given to new jobs,"
+          f" {len(missing)} ids missing; {len(redrawn)} tokens drawn twice (by a new owner id);"
+          f" {len(unrecorded)} start records lost; {outcome.figures}")
     assert "master.owner_changed" in stderr  # each master moved to a new owner id
     assert others == [], (others[:20], stderr[-4000:])
     if mode == "sync":
-        assert missing == [] and redrawn == []
+        assert missing == [] and redrawn == [] and unrecorded == [] and reused == 0
     else:
         # What the replica had not received when the primary died: at most the last moments'
         # enqueues (the producer's rate over a second, with room for a slow 2-core machine).
-        assert len(missing) <= 2 * RATE
-        assert len(redrawn) <= 50
+        assert 0 < lost <= 2 * RATE + BACKLOG
+        assert len(redrawn) <= 100 and len(unrecorded) <= 100
