@@ -72,3 +72,38 @@ def test_async_mode_promotes_a_replica_that_may_lag():
         with psycopg.connect(pair.dsn, autocommit=True) as conn:
             assert conn.info.host == str(pair.b.root)
             assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 0
+
+
+def test_the_connector_sees_a_promoted_replica_as_a_new_primary_and_a_restart_as_the_same():
+    """What makes a master change its owner id (Master.change_owner): a new connection that
+    reaches another primary (a promoted replica writes a new timeline), announced once, before
+    the connection is handed out; a restart of the same primary is no new server."""
+    import asyncio
+
+    from jobrun.sql import for_schema
+    from jobrun.store.connector import Connector
+    from tests.faults.load import restart_immediate
+
+    seen: list[tuple[str, str]] = []
+
+    async def connect_once(connector: Connector) -> str:
+        conn = await connector.connect()
+        host = conn.info.host
+        await conn.close()
+        return host
+
+    with FailoverPair("async") as pair:
+        connector = Connector(pair.hosts_dsn())  # read-write added by the connector
+        connector.watch_server(for_schema("jobrun").server_identity,
+                               lambda old, new: seen.append((old, new)))
+        assert asyncio.run(connect_once(connector)) == str(pair.a.root)
+        first = connector.server
+        restart_immediate(pair.a)
+        assert asyncio.run(connect_once(connector)) == str(pair.a.root)
+        assert seen == [] and connector.server == first
+        pair.failover()
+        assert asyncio.run(connect_once(connector)) == str(pair.b.root)
+        assert seen == [(first, connector.server)] and connector.server != first
+        assert connector.server.split(":")[0] == first.split(":")[0]  # same cluster, new timeline
+        asyncio.run(connect_once(connector))
+        assert len(seen) == 1
