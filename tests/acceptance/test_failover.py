@@ -110,9 +110,20 @@ def _fail_over(pair: FailoverPair, label: str) -> float:
     return recovered
 
 
+def _finished(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return finished(conn, SCHEMA)
+
+
+def _cut_sessions(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
+
+
 def _progress(dsn: str, at_least: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        wait_for(lambda: finished(conn, SCHEMA) >= at_least, timeout=60, interval=0.05,
+        wait_for(lambda: finished(conn, SCHEMA) >= at_least, timeout=30, interval=0.05,
                  message=f"{at_least} jobs finished")
 
 
@@ -145,7 +156,10 @@ def test_masters_follow_a_failover_under_load(tmp_path, mode):
                 _progress(pair.dsn, 2 * BACKLOG // 3)
                 if mode == "sync":
                     pair.rebuild()
-                    _progress(pair.dsn, BACKLOG)
+                    # Every session is cut while the first host of the DSN is a replica: the
+                    # masters must reconnect past it, to the primary (read-write).
+                    _cut_sessions(pair.primary.dsn)
+                    _progress(pair.dsn, _finished(pair.dsn) + 200)
                     _fail_over(pair, "failover back")
                     assert pair.primary is pair.a
                 _progress(pair.dsn, BACKLOG + 200)
