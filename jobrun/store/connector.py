@@ -330,7 +330,10 @@ class SyncSession:
 
     @property
     def usable(self) -> bool:
-        return db.usable(self.conn)
+        """Whether the connection may be used again: open, not broken, and not opened before
+        a read-only refusal (the heartbeater then drops it and retries at once, as after a
+        dropped connection)."""
+        return self.connector.usable(self.conn)
 
     def get(self, settings: dict[str, str] | None = None, **extra: Any) -> psycopg.Connection:
         if not self.connector.usable(self.conn):
@@ -344,8 +347,14 @@ class SyncSession:
         return self.conn  # type: ignore[return-value]
 
     def drop(self) -> None:
-        """Forget a broken connection: the next ``get()`` opens a new one."""
-        self.conn = None
+        """Forget a connection that is broken or stale: the next ``get()`` opens a new one (a
+        stale one, still open, is closed; a broken one is left to go)."""
+        old, self.conn = self.conn, None
+        if old is not None and not old.closed and not old.broken:
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001 - closing a connection being replaced
+                pass
 
     def close(self) -> None:
         conn, self.conn = self.conn, None

@@ -70,6 +70,9 @@ def test_reconnect_and_the_heartbeats_session_replace_it_too(pg_dsn):
     held = sync.get()
     asyncio.run(claimer_side(connector))
     assert sync.get() is not held and held.closed
-    connector.failed(_refused(sync.get()))
-    assert sync.get() is not held
+    current = sync.get()
+    connector.failed(_refused(current))
+    assert not sync.usable  # the heartbeater's test: drop it and retry at once
+    sync.drop()
+    assert current.closed and sync.get() is not current
     sync.close()
