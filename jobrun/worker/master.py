@@ -241,6 +241,7 @@ class Master:
         for part in (self.claimer, self.claimer.handout, self.completer, self.heartbeater,
                      self.elector):
             part.owner = self.owner
+        self.registry.retired.add(old)  # its row goes at the next refresh (the new one comes)
         event(log, logging.WARNING, "master.owner_changed", previous=old, owner=self.owner,
               server=server, previous_server=previous_server)
 

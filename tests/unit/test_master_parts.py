@@ -307,6 +307,7 @@ def test_a_new_primary_gives_the_master_a_new_owner_in_every_part(caplog):
         for part in (m.claimer, m.claimer.handout, m.completer, m.heartbeater, m.elector):
             assert part.owner == m.owner
         assert m.registry_row()["owner"] == m.owner
+        assert m.registry.retired == {before}  # the old id's row goes at the next refresh
         frame = m.claimer.handout._frames.frame(
             id=1, token=1, task="t", queue="q", attempt=1, max_attempts=1, priority=0,
             created_at=0.0, key=None, traceparent=None, payload_text="{}")
