@@ -38,8 +38,8 @@ tests/fakedb.py has a ``FakeConnector`` whose connections are scripted, for unit
 from __future__ import annotations
 
 import asyncio
-import random
 import logging
+import random
 import threading
 import time
 import weakref
@@ -337,12 +337,7 @@ class SyncSession:
 
     def get(self, settings: dict[str, str] | None = None, **extra: Any) -> psycopg.Connection:
         if not self.connector.usable(self.conn):
-            old, self.conn = self.conn, None
-            if old is not None and not old.closed:
-                try:
-                    old.close()
-                except Exception:  # noqa: BLE001 - closing a connection being replaced
-                    pass
+            self.drop()
             self.conn = self.connector.connect_sync(self.profile, settings, **extra)
         return self.conn  # type: ignore[return-value]
 
@@ -363,8 +358,9 @@ class SyncSession:
 
 
 async def _discard(conn: Any) -> None:
-    """Close a connection being replaced (a broken one may fail to close: nothing to do)."""
-    if conn is not None and not conn.closed:
+    """Close a connection being replaced because it is stale (still open and working); a
+    broken one is left to go, as it always was."""
+    if conn is not None and not conn.closed and not conn.broken:
         try:
             await conn.close()
         except Exception:  # noqa: BLE001 - closing a connection being replaced
