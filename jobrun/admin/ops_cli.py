@@ -163,6 +163,8 @@ def database_line(report: dict) -> str | None:
     if not isinstance(report, dict) or "seconds_since_db" not in report:
         return None
     since = f"last reached {report['seconds_since_db']:.1f} s ago"
+    if report.get("db_host"):
+        since += f" on {report['db_host']}"
     failures = report.get("db_failures") or 0
     state = "ok" if report.get("database_ok", True) else "NOT reached recently"
     if not failures:

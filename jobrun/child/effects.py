@@ -68,7 +68,9 @@ class EffectRunner:
             # Client-side keepalives notice a dead server; the server-side ones and the idle
             # timeout let PostgreSQL end this session when this process is cut off or frozen
             # (the reaper ends it sooner, once the lease expired: see record_handler_session).
-            conn = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row,
+            from jobrun.store.db import follow_primary  # several hosts: the writable one
+
+            conn = psycopg.connect(follow_primary(self.dsn), autocommit=True, row_factory=dict_row,
                                    keepalives=1, keepalives_idle=KEEPALIVE_IDLE,
                                    keepalives_interval=KEEPALIVE_INTERVAL,
                                    keepalives_count=KEEPALIVE_COUNT)

@@ -504,13 +504,15 @@ SELECT f.job_id
 -- name: registry_upsert
 -- Insert or refresh this master's row in the worker registry.
 INSERT INTO {schema}.workers (owner, host, pid, app, queues, concurrency, busy, version, inflight,
-                             tasks, held, db_failures, db_error)
+                             tasks, held, db_failures, db_error, db_host)
 VALUES (%(owner)s, %(host)s, %(pid)s, %(app)s, %(queues)s, %(concurrency)s, %(busy)s,
-        %(version)s, %(inflight)s::jsonb, %(tasks)s, %(held)s::jsonb, %(db_failures)s, %(db_error)s)
+        %(version)s, %(inflight)s::jsonb, %(tasks)s, %(held)s::jsonb, %(db_failures)s, %(db_error)s,
+        %(db_host)s)
 ON CONFLICT (owner) DO UPDATE
    SET queues = EXCLUDED.queues, concurrency = EXCLUDED.concurrency, busy = EXCLUDED.busy,
        inflight = EXCLUDED.inflight, tasks = EXCLUDED.tasks, held = EXCLUDED.held,
-       db_failures = EXCLUDED.db_failures, db_error = EXCLUDED.db_error, last_seen = now()
+       db_failures = EXCLUDED.db_failures, db_error = EXCLUDED.db_error,
+       db_host = EXCLUDED.db_host, last_seen = now()
 
 -- name: registry_delete
 -- Remove this master's row at shutdown.
@@ -562,3 +564,10 @@ WITH upd AS (
       FROM upd WHERE counted OR concurrency_key IS NOT NULL
 )
 SELECT count(*) AS given_back FROM upd CROSS JOIN freed
+
+-- name: server_identity
+-- Which server a new connection of a master reached: its cluster and, on a primary, the timeline it writes (a promoted replica writes a new one); a replica gives its cluster and '' (docs/operations.md, "Failover").
+SELECT system_identifier::text || ':'
+       || CASE WHEN pg_is_in_recovery() THEN ''
+               ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END AS identity
+  FROM pg_control_system()

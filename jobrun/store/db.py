@@ -66,6 +66,28 @@ def _translate(exc: psycopg.Error, dsn: str | None, schema: str | None) -> Jobru
     return JobrunError(f"database error: {first_line(exc)}")
 
 
+def read_only(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement refused because the server (or the transaction) is
+    read-only: a replica, or a primary demoted while the connection was open (SQLSTATE 25006).
+    The connection itself still works; it is on the wrong server."""
+    return getattr(exc, "sqlstate", None) == "25006"
+
+
+def follow_primary(dsn: str) -> str:
+    """``dsn`` with ``target_session_attrs=read-write`` added when it names several hosts and
+    says nothing of its own: libpq then tries the hosts in turn and keeps the one that takes
+    writes, so a master follows a failover. A single-host DSN, one that already chooses, or one
+    libpq cannot parse (its connect reports the error) is returned as given."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except (psycopg.Error, AttributeError, TypeError):  # no DSN at all (a part in a unit test)
+        return dsn
+    if "," not in str(params.get("host") or params.get("hostaddr") or "") \
+            or params.get("target_session_attrs"):
+        return dsn
+    return psycopg.conninfo.make_conninfo(dsn, target_session_attrs="read-write")
+
+
 def pooled_options(pooled: bool) -> dict:
     """Connection options for a DSN that goes through a transaction pooler (PgBouncer in
     transaction mode): no server-side prepared statements, since the next transaction may
@@ -97,15 +119,16 @@ def session_options(dsn: str, settings: dict[str, str]) -> str:
 
 
 def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
+    """A connection to ``dsn`` (to its writable host, when it names several: follow_primary)."""
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, row_factory=dict_row, **kwargs)
+        return psycopg.connect(follow_primary(dsn), autocommit=autocommit, row_factory=dict_row, **kwargs)
     except psycopg.Error as exc:
         raise translate(exc, dsn) from None
 
 
 async def connect_async(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.AsyncConnection:
     try:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, row_factory=dict_row, **kwargs)
+        return await psycopg.AsyncConnection.connect(follow_primary(dsn), autocommit=autocommit, row_factory=dict_row, **kwargs)
     except psycopg.Error as exc:
         raise translate(exc, dsn) from None
 

@@ -27,7 +27,7 @@ class Database:
         self.q = self.client.queries
         self.limit = self.client.limit
         self.pool = AsyncConnectionPool(
-            self.client.dsn, min_size=min_size, max_size=max_size, open=False,
+            db.follow_primary(self.client.dsn), min_size=min_size, max_size=max_size, open=False,
             kwargs={"autocommit": True, "row_factory": dict_row}, configure=self._configure,
             name="jobrun-web", timeout=CONNECT_TIMEOUT)
 

@@ -41,11 +41,20 @@ class HandOut:
         self.children = children
         self.dispatcher = dispatcher  # starts jobs, parks them, knows run times
         self.settings = settings
-        self._frames = protocol.JobFrames(owner)
+        self.owner = owner  # the master's owner id, in every job frame (changed by the master)
         # Results of busy children that ran on to a job they held, since the last decision,
         # and how many of them can change it (policy.prefetch.results_to_reconsider).
         self._ran_on = 0
         self._ran_on_limit = 0
+
+    @property
+    def owner(self) -> str:
+        return self._owner
+
+    @owner.setter
+    def owner(self, owner: str) -> None:
+        self._owner = owner
+        self._frames = protocol.JobFrames(owner)
 
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings  # prefetch, its runtime budget, max tasks: read at every claim

@@ -168,6 +168,7 @@ class Master:
         addr = parse_addr(s.metrics_addr, s.metrics_allow_remote)
         self.http = None if addr is None else HttpServer(addr[0], addr[1], m, health=self.health,
                                                          ready=self.ready)
+        self.db.watch_server(self.q.server_identity, self.change_owner)
         # Every part in start order, the phase that starts it and the teardown stage that stops
         # it: start-up, reload and teardown walk this list and no other.
         self.parts = Parts([Entry(part, starts, stops) for part, starts, stops in (
@@ -226,6 +227,23 @@ class Master:
         event(log, logging.CRITICAL, "master.service_failed", service=service.name,
               note="a part of the master crashed; stopping so that systemd restarts it")
         self._fatal(EXIT_FATAL, "service crashed")
+
+    def change_owner(self, previous_server: str, server: str) -> None:
+        """The one place the master's owner id changes: when its connections reach another
+        primary than before (a failover: store.connector calls this, from whichever part or
+        thread connected first, before that connection is used). The new primary may have lost
+        the old one's last commits (asynchronous replication) and with them the lease tokens
+        this master last drew, so the same (owner, token) could be handed out twice. A new
+        owner id (same host and pid) rules that out: every attempt claimed before the switch
+        is refused by the guards on (lease_owner, lease_token) at its next renewal or
+        completion, fenced, and run again once its lease expires (at least once)."""
+        old, self.owner = self.owner, f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
+        for part in (self.claimer, self.claimer.handout, self.completer, self.heartbeater,
+                     self.elector):
+            part.owner = self.owner
+        self.registry.retired.add(old)  # its row goes at the next refresh (the new one comes)
+        event(log, logging.WARNING, "master.owner_changed", previous=old, owner=self.owner,
+              server=server, previous_server=previous_server)
 
     def note_db_ok(self) -> None:
         """A database round trip just succeeded (from any part, any thread)."""

@@ -1,7 +1,8 @@
 """The worker registry and the queue-depth cache, refreshed every few seconds.
 
 Each master keeps one row in ``workers`` (host, pid, app, queues, concurrency, busy children,
-in-flight jobs, version, started, last seen) and deletes it when it stops; rows of masters
+in-flight jobs, version, started, last seen) and deletes it when it stops, or when the master
+took a new owner id after a failover (``retired``: the old id's row); rows of masters
 that died without a word go stale and are purged by the cluster's leader (worker/leader.py).
 The same loop refreshes the
 cached queue depth that /metrics serves, so a scrape never queries the database; with a deep
@@ -53,12 +54,16 @@ class Registry(PeriodicDbService):
         self.interval = interval
         self._next_depth = 0.0
         self.live = 1                      # masters live, as last counted
+        self.retired: set[str] = set()     # this master's former owner ids, whose rows go
         self._live_at = float("-inf")      # monotonic: when
 
     async def tick(self, conn: psycopg.AsyncConnection) -> float:
         row = self.row()
         row["inflight"] = json.dumps(row["inflight"])
         row.update(self.db.health.report().as_row())  # and its database health (connector)
+        for owner in list(self.retired):  # the row of an owner id from before a failover
+            await conn.execute(self.q.registry_delete, {"owner": owner})
+            self.retired.discard(owner)
         await conn.execute(self.q.registry_upsert, row)
         if self.leader is None or self.leader.still_leading():
             cur = await conn.execute(self.q.registry_purge_stale, {"stale": STALE_AFTER})

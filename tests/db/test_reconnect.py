@@ -98,7 +98,8 @@ def test_the_registry_row_carries_the_database_health(pg_dsn, schema):
 
     def stored() -> dict | None:
         with psycopg.connect(pg_dsn, row_factory=dict_row) as conn:
-            return conn.execute(f'SELECT db_failures, db_error FROM "{schema}".workers').fetchone()
+            return conn.execute(f'SELECT db_failures, db_error, db_host FROM "{schema}".workers'
+                                ).fetchone()
 
     async def scenario() -> tuple[dict, dict]:
         registry = Registry(connector, for_schema(schema), row=lambda: dict(row),
@@ -114,3 +115,5 @@ def test_the_registry_row_carries_the_database_health(pg_dsn, schema):
     assert first["db_failures"] == 1 and "refused" in first["db_error"]
     assert "Pw7x" not in first["db_error"]
     assert later["db_error"] == first["db_error"]  # the last error, kept after the recovery
+    # and the host its connection reached (a Unix socket's folder, here)
+    assert later["db_host"] == f"{psycopg.conninfo.conninfo_to_dict(pg_dsn)['host']}:5432"

@@ -164,3 +164,29 @@ def test_the_registry_recovers_from_a_terminated_connection_through_the_seam(cap
     with caplog.at_level(logging.WARNING, logger="jobrun.registry"):
         asyncio.run(scenario())
     assert [r.getMessage() for r in caplog.records].count("registry.failed") == 2
+
+
+hosts = st.lists(st.sampled_from(["a", "b.example", "10.0.0.1", "/run/pg"]), min_size=1,
+                 max_size=3)
+
+
+@settings(max_examples=examples(100))
+@given(hosts, st.sampled_from([None, "any", "read-write", "primary"]))
+def test_a_dsn_naming_several_hosts_follows_the_primary_unless_it_chooses(names, given_attrs):
+    dsn = f"host={','.join(names)} user=u dbname=d" + (
+        f" target_session_attrs={given_attrs}" if given_attrs else "")
+    params = psycopg.conninfo.conninfo_to_dict(Connector(dsn).dsn)
+    if given_attrs:
+        assert params["target_session_attrs"] == given_attrs
+    elif len(names) > 1:
+        assert params["target_session_attrs"] == "read-write"
+    else:
+        assert "target_session_attrs" not in params
+    assert params["host"] == ",".join(names)
+
+
+def test_a_url_with_several_hosts_follows_the_primary_and_keeps_its_password():
+    params = psycopg.conninfo.conninfo_to_dict(
+        Connector("postgresql://u:pw@h1:5432,h2:5433/db").dsn)
+    assert params == {"user": "u", "password": "pw", "dbname": "db", "host": "h1,h2",
+                      "port": "5432,5433", "target_session_attrs": "read-write"}

@@ -67,6 +67,13 @@ def test_the_database_line_of_an_older_report_or_none():
         "database: ok, last reached 3.0 s ago, 1 failure in a row, the last: boom"
 
 
+def test_the_database_line_names_the_host_the_master_is_on():
+    """After a failover, which host each master follows (store.connector.DbHealth)."""
+    assert database_line({"seconds_since_db": 0.5, "database_ok": True,
+                          "db_host": "db-b.internal:5432"}) == \
+        "database: ok, last reached 0.5 s ago on db-b.internal:5432"
+
+
 def test_health_names_the_queues_no_live_master_serves():
     """/healthz carries what the master's last depth count found (Metrics.set_depth): queues
     holding queued jobs that no live master serves; `jobrun health` names them, ready or not."""

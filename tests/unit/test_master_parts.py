@@ -285,3 +285,36 @@ def test_a_hup_keeps_what_is_read_at_start_only(caplog):
         asyncio.run(scenario())
     [kept] = [r for r in caplog.records if r.getMessage() == "reload.restart_needed"]
     assert kept.jobrun_fields["settings"] == "log_format,metrics_addr"
+
+
+class _Conn:
+    """Stands for a connection the connector just opened (no address)."""
+
+
+def test_a_new_primary_gives_the_master_a_new_owner_in_every_part(caplog):
+    """The owner id changes in one place (Master.change_owner), when the connector reaches
+    another primary; every part that writes it (claims, frames, completions, renewals, the
+    leader's lease, the registry row) uses the new one from then on, host and pid kept."""
+    async def scenario():
+        m = wired()
+        before = m.owner
+        m.db._admitted(_Conn(), "7:00000001")  # the first server: nothing changes
+        assert m.owner == before
+        m.db._admitted(_Conn(), "7:")  # a replica: not a primary, nothing changes
+        assert m.owner == before
+        m.db._admitted(_Conn(), "7:00000002")  # promoted: a new timeline
+        assert m.owner != before and m.owner.rsplit(":", 1)[0] == before.rsplit(":", 1)[0]
+        for part in (m.claimer, m.claimer.handout, m.completer, m.heartbeater, m.elector):
+            assert part.owner == m.owner
+        assert m.registry_row()["owner"] == m.owner
+        assert m.registry.retired == {before}  # the old id's row goes at the next refresh
+        frame = m.claimer.handout._frames.frame(
+            id=1, token=1, task="t", queue="q", attempt=1, max_attempts=1, priority=0,
+            created_at=0.0, key=None, traceparent=None, payload_text="{}")
+        assert m.owner.encode() in frame
+        again = m.owner
+        m.db._admitted(_Conn(), "7:00000002")  # the same primary again: kept
+        assert m.owner == again
+    caplog.set_level(logging.WARNING)
+    asyncio.run(scenario())
+    assert [r.getMessage() for r in caplog.records].count("master.owner_changed") == 1
