@@ -75,13 +75,18 @@ IfMatch = Annotated[Optional[str], Header(alias="If-Match", description="Expecte
 GuardBody = Annotated[Optional[Guarded], Body()]
 
 
-def expected_version(body: GuardBody = None, if_match: IfMatch = None) -> int | None:
-    """The version a change expects: the body's, or If-Match's (they must agree)."""
-    a, b = (body.version if body else None), _if_match(if_match)
-    if a is not None and b is not None and a != b:
+def agreed_version(version: int | None, if_match: str | None) -> int | None:
+    """The version a change expects: the body's ``version``, or If-Match's (they must agree)."""
+    header = _if_match(if_match)
+    if version is not None and header is not None and version != header:
         raise ApiError("validation_failed", "the body's version and If-Match disagree",
                        {"version": "differs from If-Match"})
-    return a if a is not None else b
+    return version if version is not None else header
+
+
+def expected_version(body: GuardBody = None, if_match: IfMatch = None) -> int | None:
+    """The version a change expects, from a body that holds only it (``Guarded``)."""
+    return agreed_version(body.version if body else None, if_match)
 
 
 Version = Annotated[Optional[int], Depends(expected_version)]

@@ -17,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 from jobrun import queue_rules, queues
 from jobrun.web import reads
-from jobrun.web.envelope import ApiError, responses
+from jobrun.web.envelope import responses
 from jobrun.web.models import (AGING_RULE, ATTEMPTS_RULE, COUNT_RULE, IF_MATCH_RULE,
                                PRIORITY_RULE, QUEUE_RULE, RATE_RULE, RETENTION_RULE,
                                VERSION_RULE, WholeInt, _Strict, given)
-from jobrun.web.routes_jobs import READ, WRITE, Version, _if_match, db, reply
+from jobrun.web.routes_jobs import READ, WRITE, Version, agreed_version, db, reply
 
 router = APIRouter(prefix="/api/v1")
 Name = Annotated[str, Path(max_length=200, description="Queue name", **QUEUE_RULE)]
@@ -128,12 +128,9 @@ async def update_queue(request: Request, name: Name, body: QueueChange,
                            alias="If-Match", description="Expected queue version",
                            **IF_MATCH_RULE)] = None):
     """Change the settings the body names (null clears one); live on every master at once."""
-    version, header = body.version, _if_match(if_match)
-    if version is not None and header is not None and version != header:
-        raise ApiError("validation_failed", "the body's version and If-Match disagree",
-                       {"version": "differs from If-Match"})
+    expected = agreed_version(body.version, if_match)
     d = db(request)
-    found = await d.run(queues.update(d.q, name, version if version is not None else header,
+    found = await d.run(queues.update(d.q, name, expected,
                                       **body.given("version")))
     return reply(found, headers={"ETag": f'"{found["version"]}"'})
 

@@ -18,11 +18,11 @@ from pydantic import AwareDatetime, Field, StrictBool, StrictStr
 from jobrun import schedules
 from jobrun.policy import cron, cron_words
 from jobrun.schedules import ScheduleRecord
-from jobrun.web.envelope import ApiError, responses
+from jobrun.web.envelope import responses
 from jobrun.web.models import (ATTEMPTS_RULE, CATCH_UP_RULE, IF_MATCH_RULE, PRIORITY_RULE,
                                QUEUE_RULE, SCHEDULE_RULE, TASK_RULE, VERSION_RULE, WholeInt,
                                _Strict, stated)
-from jobrun.web.routes_jobs import READ, WRITE, Version, _if_match, db, reply
+from jobrun.web.routes_jobs import READ, WRITE, Version, agreed_version, db, reply
 
 router = APIRouter(prefix="/api/v1")
 Name = Annotated[str, Path(max_length=200, description="Schedule name", **SCHEDULE_RULE)]
@@ -123,14 +123,11 @@ async def update_schedule(request: Request, name: Name, body: ScheduleChange,
                               alias="If-Match", description="Expected schedule version",
                               **IF_MATCH_RULE)] = None):
     """Change some fields; a new expression, zone or window restarts from the next slot."""
-    version, header = body.version, _if_match(if_match)
-    if version is not None and header is not None and version != header:
-        raise ApiError("validation_failed", "the body's version and If-Match disagree",
-                       {"version": "differs from If-Match"})
+    expected = agreed_version(body.version, if_match)
     d = db(request)
     changes = body.model_dump(exclude_none=True, exclude={"version"})
     return _one(await d.run(schedules.update(
-        d.q, d.limit, name, if_version=version if version is not None else header, **changes)))
+        d.q, d.limit, name, if_version=expected, **changes)))
 
 
 @router.delete("/schedules/{name}", responses=responses(*WRITE, "not_found", "conflict"))
