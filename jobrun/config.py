@@ -116,19 +116,19 @@ _duration = validate.duration
 MAX_LEASE_TTL = 86400.0
 
 
-def _lease_ttl(value: Any) -> float:
-    secs = _duration(value)
-    if secs > MAX_LEASE_TTL:
-        raise InvalidInput(f"invalid duration {value!r}: a lease lasts at most 1 day")
-    return secs
+def _duration_at_most(most: float, says: str) -> Callable[[Any], float]:
+    """A duration reader that refuses one longer than ``most`` seconds, with ``says``."""
+    def read(value: Any) -> float:
+        secs = _duration(value)
+        if secs > most:
+            raise InvalidInput(f"invalid duration {value!r}: {says}")
+        return secs
+    return read
 
 
-def _age(value: Any) -> float:
-    """A duration the database subtracts from now() (retention): at most 100 years."""
-    secs = _duration(value)
-    if secs > validate.MAX_DELAY:
-        raise InvalidInput(f"invalid duration {value!r}: at most 100 years")
-    return secs
+_lease_ttl = _duration_at_most(MAX_LEASE_TTL, "a lease lasts at most 1 day")
+# A duration the database subtracts from now() (retention).
+_age = _duration_at_most(validate.MAX_DELAY, "at most 100 years")
 
 
 @dataclass(frozen=True)
