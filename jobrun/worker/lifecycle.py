@@ -212,8 +212,3 @@ async def backoff_sleep(attempt: int, base: float = BASE, cap: float = CAP) -> N
     store.connector.backoff, jittered."""
     await asyncio.sleep(backoff(attempt, random.random(), base, cap))
 
-
-# The reconnect idiom, shared with the clients (store.db); the master's parts use
-# store.connector.
-usable = db.usable
-reconnect_if_broken = db.reconnect_async
