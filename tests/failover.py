@@ -29,11 +29,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import psycopg
 
-from jobrun.testing import Cluster, _children, wait_for
+from jobrun.testing import Cluster, wait_for
 
 MODES = ("sync", "async")
 PROMOTE_DEADLINE = 60.0  # seconds from the kill until the replica takes writes
@@ -109,8 +108,8 @@ class FailoverPair:
         there to read after the sender died.)"""
         if self.mode == "sync":
             raise ValueError("a sync primary would wait for its held replica forever")
-        senders = [pid for pid in _children(self.primary.postmaster_pid() or -1)
-                   if b"walsender" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        with psycopg.connect(self.primary.dsn, autocommit=True) as conn:
+            senders = [pid for (pid,) in conn.execute("SELECT pid FROM pg_stat_replication")]
         assert senders, "the primary has no WAL sender"
         for pid in senders:
             os.kill(pid, signal.SIGSTOP)
