@@ -51,10 +51,21 @@ class TaskDef:
     retry: RetryPolicy = DEFAULT_RETRY
     transactional: bool = False
     periodic: list[dict[str, Any]] = field(default_factory=list)  # from @app.periodic
+    # Whether a job of this task may share its child with others (``--slots``): None means
+    # yes for an ``async def`` handler (a task on the child's event loop), no for a plain one;
+    # True for a plain one declares it thread-safe (it runs on the child's thread pool).
+    slots: bool | None = None
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def shares_child(self) -> bool:
+        """Runs in a slot of a child with ``--slots`` > 1 (beside other jobs), not alone."""
+        if self.transactional:
+            return False
+        return self.is_async if self.slots is None else self.slots
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -70,7 +81,7 @@ class TaskDef:
         return {
             "time_limit": self.time_limit, "soft_time_limit": self.soft_time_limit,
             "max_crashes": self.max_crashes, "transactional": self.transactional,
-            "max_attempts": self.max_attempts,
+            "max_attempts": self.max_attempts, "slots": self.shares_child,
             "retry": [self.retry.base, self.retry.factor, self.retry.cap],
             **({"periodic": self.periodic} if self.periodic else {}),
         }
@@ -93,8 +104,14 @@ class App:
              max_attempts: int | None = None, time_limit: float | None = None,
              soft_time_limit: float | None = None, max_crashes: int = 3,
              retry_base: float = DEFAULT_RETRY.base, retry_factor: float = DEFAULT_RETRY.factor,
-             retry_cap: float = DEFAULT_RETRY.cap, transactional: bool = False
-             ) -> Callable[[Callable[..., Any]], TaskDef]:
+             retry_cap: float = DEFAULT_RETRY.cap, transactional: bool = False,
+             slots: bool | None = None) -> Callable[[Callable[..., Any]], TaskDef]:
+        """``slots``: whether a job of this task may run beside others in one child when the
+        master runs with ``--slots`` N > 1 (default: yes for ``async def`` handlers, which
+        run as tasks on the child's event loop; no for plain functions). ``slots=True`` on a
+        plain function declares it thread-safe: it runs on the child's thread pool (I/O code
+        such as ``requests`` calls). A task that does not share keeps a child to itself, as
+        with ``--slots 1``."""
         def register(fn: Callable[..., Any]) -> TaskDef:
             task_name = validate.task_name(name or f"{fn.__module__}.{fn.__qualname__}")
             if task_name in self.tasks:
@@ -103,12 +120,14 @@ class App:
                 raise ValueError("max_crashes must be at least 1")
             if transactional and inspect.iscoroutinefunction(fn):
                 raise ValueError("transactional tasks must be plain functions taking (job, tx)")
+            if transactional and slots:
+                raise ValueError("a transactional task keeps a child to itself: slots=True refused")
             definition = TaskDef(
                 task_name, fn, self, queue=validate.queue_name(queue),
                 max_attempts=validate.max_attempts(max_attempts), time_limit=time_limit,
                 soft_time_limit=soft_time_limit, max_crashes=max_crashes,
                 retry=RetryPolicy(retry_base, retry_factor, retry_cap),
-                transactional=transactional,
+                transactional=transactional, slots=slots,
             )
             self.tasks[task_name] = definition
             return definition

@@ -110,6 +110,18 @@ def setting(default: Any = dataclasses.MISSING, read: Callable[[Any], Any] = _te
 
 _duration = validate.duration
 
+# The most jobs one child runs at once (--slots): a child's jobs share its memory, one event
+# loop and one thread pool; beyond this, run more children.
+MAX_SLOTS = 1000
+
+
+def _slots(value: Any) -> int:
+    n = _integer(value)
+    if n > MAX_SLOTS:
+        raise InvalidInput(f"invalid slots {value!r}: at most {MAX_SLOTS} jobs in one child"
+                           " (run more children with --concurrency)")
+    return n
+
 
 # The longest lease a master takes (lease_ttl): the reaper takes a lease that ends later than
 # this from now as written by no master (reap_expired), so none holds a job for years.
@@ -152,6 +164,8 @@ class Settings:
     prefetch: int = setting(256, _integer, low=1)  # jobs a child may hold (running + waiting)
     prefetch_max_runtime: float = setting(0.1, _duration)  # most work (by run times) in a child
     max_tasks_per_child: int = setting(0, _integer, low=0)
+    # jobs one child runs at once, of tasks that share a child (async handlers, slots=True)
+    slots: int = setting(1, _slots, low=1)
     # fork: children forked by the fork server; exec: each imports the app (docs/spawning.md)
     spawn: str = setting("fork", _word, choices=SPAWN_MODES, reload=False)
     max_memory_per_child: int = setting(0, _integer, low=0)  # MiB; 0 = no limit

@@ -56,13 +56,19 @@ class Master:
     app: str | None
     queues: list[str]
     concurrency: int
-    busy: int
+    busy: int  # jobs running (with --slots, several a child)
     version: str | None
     started_at: datetime
     last_seen: datetime
     uptime: float
     last_seen_ago: float
     inflight: list[InFlight]
+    slots: int = 1  # jobs each child runs at once
+
+    @property
+    def capacity(self) -> str:
+        """What ``busy`` is out of: children, or children x slots."""
+        return str(self.concurrency) if self.slots == 1 else f"{self.concurrency}×{self.slots}"
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,7 @@ def workers(conn: psycopg.Connection, q: Queries,
                    queues=list(r["queues"]), concurrency=r["concurrency"], busy=r["busy"],
                    version=r["version"], started_at=r["started_at"], last_seen=r["last_seen"],
                    uptime=r["uptime"], last_seen_ago=r["silent_for"],
-                   inflight=_inflight(r, r["db_now"]))
+                   inflight=_inflight(r, r["db_now"]), slots=r["slots"])
             for r in rows if not r["stale"]]
     return live, len(rows) - len(live)
 

@@ -8,6 +8,8 @@ master -> child: {"t": "job", "id", "token", "owner", "task", "queue", "attempt"
                   "max_attempts", "priority", "created_at", "key", "payload": <raw JSON>}
                  (several job frames may come in one write: the child runs them in order)
                  {"t": "stop"}                      finish, then exit 0
+                 {"t": "interrupt", "id", "token", "why"}  (a child with slots) stop that job:
+                                                   why = lease_lost | cancel | timeout
 child -> master: {"t": "ready", "pid", "rss", "tasks": {name: config}}
                  {"t": "result", "id", "token", "outcome", "result", "error", "traceback",
                   "delay", "permanent", "rss", "recycle", "recorded", "took"}
@@ -51,6 +53,12 @@ def job_frame(header: dict[str, Any], payload_text: str) -> bytes:
     head = _to_json({"t": "job", **header})
     body = (head[:-1] + ',"payload":' + payload_text + "}").encode()
     return HEADER.pack(len(body)) + body
+
+
+def interrupt_frame(job_id: int, token: int, why: str) -> bytes:
+    """Ask a child with slots to stop one job (child/slots.py): a signal would reach whichever
+    job its main thread runs."""
+    return encode({"t": "interrupt", "id": job_id, "token": token, "why": why})
 
 
 def _number(value: float) -> str:

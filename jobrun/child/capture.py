@@ -3,11 +3,16 @@
 Records reach the capture through a handler on the root logger; prints are teed, so they still
 reach the child's stdout (the master's journal). The text kept per attempt is bounded: past
 ``limit`` bytes the rest is counted and dropped, with a marker saying how much.
+
+The attempt being captured is a context variable, not a global: a child running several jobs
+at once (``--slots``: asyncio tasks, pool threads) keeps each job's lines in its own buffer,
+whichever of them logs or prints.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import logging
 import sys
@@ -47,27 +52,45 @@ class _Buffer:
         return out
 
 
+# The attempt whose output is being captured here (this task's, this thread's), if any.
+_CURRENT: contextvars.ContextVar[_Buffer | None] = contextvars.ContextVar(
+    "jobrun_attempt_log", default=None)
+
+
 class _Tee(io.TextIOBase):
-    def __init__(self, original: TextIO, buffer: _Buffer) -> None:
+    """stdout while a child runs jobs: everything still goes to the child's stdout, and what an
+    attempt prints goes to that attempt's buffer too."""
+
+    def __init__(self, original: TextIO) -> None:
         self.original = original
-        self.buffer = buffer
 
     def write(self, text: str) -> int:
-        self.buffer.write(text)
+        buffer = _CURRENT.get()
+        if buffer is not None:
+            buffer.write(text)
         return self.original.write(text)
 
     def flush(self) -> None:
         self.original.flush()
+
+    def fileno(self) -> int:
+        return self.original.fileno()
+
+    def isatty(self) -> bool:
+        return self.original.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.original.encoding
 
 
 class _Handler(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.setFormatter(logging.Formatter(FORMAT))
-        self.buffer: _Buffer | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        buffer = self.buffer
+        buffer = _CURRENT.get()
         if buffer is not None:
             try:
                 buffer.write(self.format(record) + "\n")
@@ -96,13 +119,12 @@ class LogCapture:
 
     @contextlib.contextmanager
     def attempt(self) -> Iterator[_Buffer]:
+        """Capture what the current task or thread logs (and prints) into a new buffer."""
         buffer = _Buffer(self.limit)
-        self.handler.buffer = buffer
+        if self.capture_print and not isinstance(sys.stdout, _Tee):
+            sys.stdout = _Tee(sys.stdout)  # once, at the first attempt (not in the fork server)
+        token = _CURRENT.set(buffer)
         try:
-            if self.capture_print:
-                with contextlib.redirect_stdout(_Tee(sys.stdout, buffer)):
-                    yield buffer
-            else:
-                yield buffer
+            yield buffer
         finally:
-            self.handler.buffer = None
+            _CURRENT.reset(token)

@@ -47,7 +47,7 @@ built once too, and the loop between two forks allocates as little as it can.
 
 Control protocol (SOCK_SEQPACKET, one JSON message per packet):
     master -> server: {"t": "spawn", "index", "max_tasks", "max_memory", "soft_time_limit",
-                       "alive_interval"} + the child's socket (SCM_RIGHTS)
+                       "alive_interval", "slots"} + the child's socket (SCM_RIGHTS)
                       {"t": "stop"} (or the socket closing): exit 0
     server -> master: {"t": "ready", "pid", "children": [[index, pid], ...]} once the app is
                       imported (else exit code 3); "children" are the first children, forked
@@ -131,7 +131,7 @@ def _become_child(app: App, spec: str, control: socket.socket, fd: int, request:
         setproctitle(f"jobrun-child {index}: starting")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
         run_child(app, spec, sock, index, master_pid, max_tasks=int(request["max_tasks"]),
-                  max_memory=int(request["max_memory"]),
+                  max_memory=int(request["max_memory"]), slots=int(request.get("slots", 1)),
                   soft_time_limit=float(request["soft_time_limit"]),
                   alive_interval=float(request["alive_interval"]), capture=capture)
     finally:

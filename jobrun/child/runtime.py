@@ -35,17 +35,17 @@ from jobrun import protocol, validate
 from jobrun.app import App, Job, TaskDef, load_app
 from jobrun.child.capture import LogCapture
 from jobrun.child.effects import EffectRunner, from_environment
-from jobrun.errors import Cancelled, InvalidInput, LeaseLost, Permanent, Retry, SoftTimeLimit
+from jobrun.child.memory import rss_bytes
+from jobrun.child.outcomes import INTERRUPTS, interrupted, raised, returned
+from jobrun.errors import Cancelled, LeaseLost, SoftTimeLimit
 from jobrun import tracing
 from jobrun.tracing import attempt_span
-from jobrun.policy import CANCELLED, FAILED, RETRY, SUCCEEDED, TIMEOUT, run_time_average, should_recycle
+from jobrun.policy import FAILED, SUCCEEDED, run_time_average, should_recycle
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio  # imported by the first async handler: an app without one never needs it
 
 PR_SET_PDEATHSIG = 1
-LEASE_LOST = "lease_lost"  # reported to the master, which discards the attempt
-MAX_TRACEBACK = 16 * 1024
 # Results of jobs that ran while more jobs already waited in the pipe are held back and sent
 # together, but never for longer than this, and never across a job that may run longer: the
 # master then wakes once for several (a 5 ms job's child holds three or four). Each result
@@ -73,29 +73,15 @@ def die_with_parent(master_pid: int) -> None:
         os._exit(protocol.EXIT_OK)
 
 
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_bytes() -> int:
-    # os.open, not open(): a text file object (its codec and locale look-ups) costs a forked
-    # child ~40 copy-on-write page faults more.
-    try:
-        fd = os.open("/proc/self/statm", os.O_RDONLY)
-        try:
-            return int(os.read(fd, 256).split()[1]) * _PAGE_SIZE
-        finally:
-            os.close(fd)
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 class ChildRuntime:
-    """Runs jobs one at a time and turns each into a result frame."""
+    """Runs jobs one at a time and turns each into a result frame (with ``slots`` > 1, several
+    at once: child/slots.py)."""
 
     def __init__(self, app: App, sock: socket.socket, index: int, *, max_tasks: int = 0,
                  max_memory: int = 0, soft_time_limit: float = 0.0,
-                 capture: LogCapture | None = None) -> None:
+                 capture: LogCapture | None = None, slots: int = 1) -> None:
         self.app = app
+        self.slots = slots
         self.sock = sock
         self.index = index
         self.max_tasks = max_tasks
@@ -171,6 +157,10 @@ class ChildRuntime:
         with self._send_lock:  # the ticker thread sends too; frames must not interleave
             self.sock.sendall(frame)
 
+    def hold(self, result: dict[str, Any]) -> None:
+        """Keep a result frame to send with the next ``flush``."""
+        self._held.append(encode_result(result))
+
     def flush(self) -> None:
         if self._held:
             data, self._held = b"".join(self._held), []
@@ -189,6 +179,11 @@ class ChildRuntime:
         # page faults (its bookkeeping touches the module's shared objects), and nothing here
         # joins or enumerates this thread; the child leaves through os._exit.
         _thread.start_new_thread(self._ticker, ())
+        if self.slots > 1:
+            from jobrun.child.slots import SlotRunner
+
+            SlotRunner(self, self.slots).serve()
+            return
         reader = protocol.FrameReader()
         frames: deque[bytes] = deque()
         while True:
@@ -216,9 +211,7 @@ class ChildRuntime:
                                or time.monotonic() - self._held_since >= HOLD_RESULTS):
                 self.flush()
             started = time.monotonic()
-            result = self.run(frame) if undecodable is None else {
-                "outcome": FAILED, "permanent": True,
-                "error": f"payload cannot be decoded: {undecodable}"}
+            result = self.run(frame) if undecodable is None else self.unrunnable(frame, undecodable)
             done = time.monotonic()
             self._took[task] = run_time_average(took, done - started)
             self.tasks_done += 1
@@ -235,26 +228,38 @@ class ChildRuntime:
                 self.flush()
                 return
 
+    @staticmethod
+    def job_of(frame: dict[str, Any]) -> Job:
+        return Job(id=frame["id"], task=frame["task"], queue=frame["queue"],
+                   payload=frame["payload"], attempt=frame["attempt"],
+                   max_attempts=frame["max_attempts"], priority=frame.get("priority", 0),
+                   token=frame["token"], created_at=frame.get("created_at", 0.0),
+                   idempotency_key=frame.get("key"))
+
+    def unrunnable(self, frame: dict[str, Any], undecodable: str | None) -> dict[str, Any]:
+        """The outcome of a job that cannot run here: its payload does not decode, or the app
+        does not register its task."""
+        if undecodable is not None:
+            return {"outcome": FAILED, "permanent": True,
+                    "error": f"payload cannot be decoded: {undecodable}"}
+        known = ", ".join(sorted(self.app.tasks)) or "none"
+        return {"outcome": FAILED, "permanent": True,
+                "error": f"unknown task {frame.get('task')!r}: the app {self.app_spec} does not"
+                         f" register it (registered: {known})"}
+
     def run(self, frame: dict[str, Any]) -> dict[str, Any]:
-        job = Job(id=frame["id"], task=frame["task"], queue=frame["queue"],
-                  payload=frame["payload"], attempt=frame["attempt"],
-                  max_attempts=frame["max_attempts"], priority=frame.get("priority", 0),
-                  token=frame["token"], created_at=frame.get("created_at", 0.0),
-                  idempotency_key=frame.get("key"))
+        job = self.job_of(frame)
         task = self.app.tasks.get(job.task)
         if task is None:
-            known = ", ".join(sorted(self.app.tasks)) or "none"
-            return {"outcome": FAILED, "permanent": True,
-                    "error": f"unknown task {job.task!r}: the app {self.app_spec} does not register it"
-                             f" (registered: {known})"}
+            return self.unrunnable(frame, None)
         self._current = (job, time.monotonic())
         self._title()
         with self.capture.attempt() as log, attempt_span(job, frame.get("traceparent")) as span:
             try:
                 result = self._run_handler(task, job, frame.get("owner", ""), log.text)
-            except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
+            except INTERRUPTS as exc:
                 # Arrived after the handler returned, while its result was being built.
-                result = self._interrupted(exc)
+                result = interrupted(exc)
             finally:
                 self._current = None
             span(result)
@@ -278,22 +283,13 @@ class ChildRuntime:
                 value = self._event_loop().run_until_complete(self._run_async(task, job))
             else:
                 value = task.fn(job)
-        except Retry as exc:
-            return {"outcome": RETRY, "delay": exc.delay, "error": str(exc)}
-        except (LeaseLost, Cancelled, SoftTimeLimit) as exc:
-            return self._interrupted(exc)
-        except Permanent as exc:
-            return self._failure(exc, permanent=True)
         except BaseException as exc:  # noqa: BLE001 - any handler failure is a failed attempt
-            return self._failure(exc)
+            return raised(exc)
         finally:
             self._in_handler = False
             if soft:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-        try:
-            return {"outcome": SUCCEEDED, "result": validate.result(value)}
-        except InvalidInput as exc:
-            return {"outcome": FAILED, "error": f"handler returned {exc}"}
+        return returned(value)
 
     async def _run_async(self, task: TaskDef, job: Job) -> Any:
         import asyncio
@@ -314,29 +310,6 @@ class ChildRuntime:
 
             self._loop = asyncio.new_event_loop()
         return self._loop
-
-    @staticmethod
-    def _interrupted(exc: BaseException) -> dict[str, Any]:
-        if isinstance(exc, LeaseLost):
-            return {"outcome": LEASE_LOST}
-        if isinstance(exc, Cancelled):
-            return {"outcome": CANCELLED, "error": "cancelled while running"}
-        return {"outcome": TIMEOUT, "error": "soft time limit exceeded",
-                "traceback": traceback.format_exc()[-MAX_TRACEBACK:]}
-
-    @staticmethod
-    def _failure(exc: BaseException, permanent: bool = False) -> dict[str, Any]:
-        try:
-            text = str(exc)
-        except BaseException as err:  # noqa: BLE001 - a handler's exception may not print
-            text = f"<exception str() failed: {type(err).__name__}>"
-        line = f"{type(exc).__name__}: {text}".strip()
-        try:
-            trace = traceback.format_exc()
-        except BaseException:  # noqa: BLE001 - nor format
-            trace = ""
-        return {"outcome": FAILED, "permanent": permanent, "error": line[:2000],
-                "traceback": trace[-MAX_TRACEBACK:]}
 
     app_spec = "?"
 
@@ -378,6 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-memory", type=int, default=0, help="bytes")
     parser.add_argument("--soft-time-limit", type=float, default=0.0)
     parser.add_argument("--alive-interval", type=float, default=1.0)
+    parser.add_argument("--slots", type=int, default=1)
     args = parser.parse_args(argv)
 
     die_with_parent(args.master_pid)
@@ -388,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     app = load_app_or_exit(args.app, f"jobrun-child {args.index}")
     run_child(app, args.app, sock, args.index, args.master_pid, max_tasks=args.max_tasks,
               max_memory=args.max_memory, soft_time_limit=args.soft_time_limit,
-              alive_interval=args.alive_interval)
+              alive_interval=args.alive_interval, slots=args.slots)
 
 
 def load_app_or_exit(spec: str, who: str) -> App:
@@ -416,7 +390,7 @@ def preload(app: App) -> None:
 
 def run_child(app: App, app_spec: str, sock: socket.socket, index: int, master_pid: int, *,
               max_tasks: int, max_memory: int, soft_time_limit: float,
-              alive_interval: float, capture: LogCapture | None = None) -> None:
+              alive_interval: float, capture: LogCapture | None = None, slots: int = 1) -> None:
     """Serve the master until it says stop, the socket closes or the child recycles; then
     leave through ``os._exit`` (a forked child must never return into the fork server).
     ``capture``: the log capture the fork server built for its children, else a new one."""
@@ -424,7 +398,7 @@ def run_child(app: App, app_spec: str, sock: socket.socket, index: int, master_p
     try:
         tracing.configure("jobrun-child")  # OTEL_ENABLED=true: each child exports its spans
         runtime = ChildRuntime(app, sock, index, max_tasks=max_tasks, max_memory=max_memory,
-                               soft_time_limit=soft_time_limit, capture=capture)
+                               soft_time_limit=soft_time_limit, capture=capture, slots=slots)
         runtime.app_spec = app_spec
         runtime.alive_interval = alive_interval
         runtime.effects = from_environment(master_pid, index)

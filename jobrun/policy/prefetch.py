@@ -101,3 +101,10 @@ def complete_linger(backlogged: bool, every_child_ahead: bool) -> float:
     if not backlogged:
         return 0.0
     return DEEP_LINGER if every_child_ahead else LINGER
+
+
+def slots_worth_claiming(free: int, total: int) -> bool:
+    """With slots (--slots): claim for the free slots of busy children once an eighth of all
+    slots is free (at least one), so that a full pool refills in batches, not a claim per
+    finished job; a job then waits for a slot at most about an eighth of a job's run."""
+    return free > 0 and free >= max(1, total // 8)

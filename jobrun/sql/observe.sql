@@ -11,7 +11,7 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 
 -- name: observe_workers
 -- Every registered master with its uptime and silence in seconds; `stale` marks rows not seen for `stale_after` seconds.
-SELECT owner, host, pid, app, queues, tasks, concurrency, busy, version, inflight, started_at, last_seen,
+SELECT owner, host, pid, app, queues, tasks, concurrency, slots, busy, version, inflight, started_at, last_seen,
        db_failures, db_error, db_host,
        extract(epoch FROM now() - started_at)::float8 AS uptime,
        extract(epoch FROM now() - last_seen)::float8 AS silent_for,

@@ -504,12 +504,13 @@ SELECT f.job_id
 -- name: registry_upsert
 -- Insert or refresh this master's row in the worker registry.
 INSERT INTO {schema}.workers (owner, host, pid, app, queues, concurrency, busy, version, inflight,
-                             tasks, held, db_failures, db_error, db_host)
+                             tasks, held, db_failures, db_error, db_host, slots)
 VALUES (%(owner)s, %(host)s, %(pid)s, %(app)s, %(queues)s, %(concurrency)s, %(busy)s,
         %(version)s, %(inflight)s::jsonb, %(tasks)s, %(held)s::jsonb, %(db_failures)s, %(db_error)s,
-        %(db_host)s)
+        %(db_host)s, %(slots)s)
 ON CONFLICT (owner) DO UPDATE
    SET queues = EXCLUDED.queues, concurrency = EXCLUDED.concurrency, busy = EXCLUDED.busy,
+       slots = EXCLUDED.slots,
        inflight = EXCLUDED.inflight, tasks = EXCLUDED.tasks, held = EXCLUDED.held,
        db_failures = EXCLUDED.db_failures, db_error = EXCLUDED.db_error,
        db_host = EXCLUDED.db_host, last_seen = now()

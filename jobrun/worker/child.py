@@ -51,6 +51,9 @@ class Inflight:
     dispatched: float = 0.0  # monotonic: when its child started it (0 while it waits)
     traceparent: str | None = None  # the producer's, for the completion span's link
     timer: asyncio.TimerHandle | None = None
+    # Runs beside other jobs in its child (--slots > 1 and a task that shares a child); any
+    # job of a child with slots is interrupted by a frame, not a signal.
+    shares: bool = False
 
 
 @dataclass(eq=False)  # a process: equal only to itself, and usable as a key
@@ -62,8 +65,10 @@ class Child:
     pidfd: int
     # Read through ``state``; moved only by Children (worker/children.py).
     _state: ChildState = ChildState.STARTING
-    job: Inflight | None = None  # the job it runs (Children.start / Children.end)
-    # Jobs already written to its socket, behind ``job``, in the order it will run them.
+    slots: int = 1  # jobs it runs at once, of tasks that share a child (--slots)
+    # The jobs it runs, by id (Children.start / Children.end): one, unless it has slots.
+    running: dict[int, Inflight] = field(default_factory=dict)
+    # Jobs already written to its socket, behind ``running``, in the order it will start them.
     queued: deque[Inflight] = field(default_factory=deque)
     # A job claimed for it while it starts, with its frame: kept in the master (a job goes
     # only to a child that is ready) and written the moment its ready frame arrives.
@@ -73,6 +78,7 @@ class Child:
     successor: "Child | None" = None
     predecessor: "Child | None" = None
     kill_reason: str | None = None  # why the master killed it: timeout | shutdown | fenced | unwritable
+    kill_job: int | None = None  # the job it was killed for (with slots: others are released)
     ready: bool = False  # it reported ready once (its app loaded)
     rss: int = 0
     jobs_done: int = 0
@@ -98,14 +104,40 @@ class Child:
         """Forked by the fork server (it is ready within milliseconds), not exec'd."""
         return isinstance(self.process, ForkedProcess)
 
+    @property
+    def job(self) -> Inflight | None:
+        """A job it runs (the one, without slots), or None."""
+        for job in self.running.values():
+            return job
+        return None
+
+    def can_start(self, job: Inflight) -> bool:
+        """Whether ``job``, next in its socket, starts now: the child's rule (child/slots.py),
+        applied by the master to what it wrote. A job that does not share starts alone."""
+        running = self.running
+        if not running:
+            return True
+        if not job.shares or len(running) >= self.slots:
+            return False
+        return next(iter(running.values())).shares  # nothing starts beside one running alone
+
+    def free_slots(self) -> int:
+        """Jobs of tasks that share a child it would start at once, beside what it runs."""
+        if self.slots == 1 or self.queued or self.parked is not None:
+            return 0
+        for job in self.running.values():
+            if not job.shares:
+                return 0
+            break
+        return self.slots - len(self.running)
+
     def held(self) -> int:
-        return (self.job is not None) + len(self.queued) + (self.parked is not None)
+        return len(self.running) + len(self.queued) + (self.parked is not None)
 
     def holding(self) -> list[Inflight]:
         """Every job it holds: parked for it, running, or waiting in its socket."""
         jobs = [] if self.parked is None else [self.parked[0]]
-        if self.job is not None:
-            jobs.append(self.job)
+        jobs.extend(self.running.values())
         jobs.extend(self.queued)
         return jobs
 

@@ -27,16 +27,15 @@ does not allow raises ``IllegalMove`` (a bug in the master, never an operator's 
     reserve     IDLE                                          RESERVED  a claim runs for it
     unreserve   RESERVED                                      IDLE      the claim brought none
     start       STARTING STANDBY IDLE RESERVED BUSY           BUSY      it runs a job
-    start       RETIRING                                      RETIRING  (running none: one
-                                                                        job at a time)
+    start       RETIRING                                      RETIRING  (when Child.can_start)
     free        BUSY (holding no job)                         IDLE      it ran all it held
     retire      every state but EXITED                        RETIRING
     exited      every state but EXITED                        EXITED
 
-``start`` and ``end`` take the job: today a child runs one at a time (``Child.job``), jobs it
-was handed ahead wait in its socket (``Child.queued``), and BUSY means it runs one. Slots (a
-child running several at once) would keep the running jobs in a set that ``start`` adds to and
-``end`` takes from, with BUSY meaning no slot is free; the moves and their callers stay.
+``start`` and ``end`` take the job: a child runs the jobs in ``Child.running`` (one, unless it
+has slots: then as many as ``Child.can_start`` lets start, the child's own rule), jobs it was
+handed ahead wait in its socket (``Child.queued``), and BUSY means it runs at least one (a child
+with slots may have free ones: ``Child.free_slots``).
 
 The views (``idle()``, ``busy()``, ``current()`` ...) filter by the generation numbers the
 dispatcher sets here (``generation``: the newest, ``serving``: the one whose children take
@@ -131,21 +130,22 @@ class Children:
         to = _START.get(child._state)
         if to is None:
             raise IllegalMove("start", child)
-        if child.job is not None:
-            raise IllegalMove("start", child, f"it runs job {child.job.id}")
-        child.job = job
+        if not child.can_start(job):
+            raise IllegalMove("start", child, f"it runs job {child.job.id}" if child.slots == 1
+                              else f"it runs {len(child.running)} jobs in {child.slots} slots")
+        child.running[job.id] = job
         child._state = to
 
     def end(self, child: "Child", job: "Inflight") -> None:
         """``job`` no longer runs in ``child`` (its result came, or the child exited): the state
         stays until the next move says what the child does now."""
-        if child.job is not job:
+        if child.running.get(job.id) is not job:
             raise IllegalMove("end", child, f"it does not run job {job.id}")
-        child.job = None
+        del child.running[job.id]
 
     def free(self, child: "Child") -> None:
         """``child`` ran all it held: it takes jobs again."""
-        if child.job is not None or child.queued:
+        if child.running or child.queued:
             raise IllegalMove("free", child, f"it holds {child.held()} jobs")
         self._move(child, "free")
 
@@ -206,7 +206,17 @@ class Children:
 
     def running(self) -> int:
         """How many children run a job (any generation)."""
-        return sum(1 for c in self._alive.values() if c.job is not None)
+        return sum(1 for c in self._alive.values() if c.running)
+
+    def slots(self) -> tuple[int, int]:
+        """Jobs running in the alive children, and the slots of those of the serving
+        generation: the jobrun_slots gauges, /metrics and the registry."""
+        busy = total = 0
+        for c in self._alive.values():
+            busy += len(c.running)
+            if c.generation == self.serving and c._state is not S.RETIRING:
+                total += c.slots
+        return busy, total
 
     def takes_jobs(self) -> bool:
         """A child of the serving generation is idle, or reserved for a claim in flight (idle
@@ -220,7 +230,7 @@ class Children:
         too): the jobrun_children gauge and the process title."""
         states: dict[str, int] = {}
         for child in self._alive.values():
-            state = "busy" if child.job is not None else child._state.value
+            state = "busy" if child.running else child._state.value
             states[state] = states.get(state, 0) + 1
         return states
 

@@ -28,6 +28,7 @@ from jobrun.config import Settings
 from jobrun.logs import event
 from jobrun.policy import (
     DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
+    heartbeat_period,
     max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
 )
 from jobrun.policy.retry import limit_to_record
@@ -182,7 +183,7 @@ class Dispatcher(Service):
         self.metrics.generation.set(self.serving)
         for child in self.children.alive():
             if child.generation != self.serving:
-                if child.job is None and not child.queued:
+                if not child.running and not child.queued:
                     self.supervisor.stop(child)
                 else:
                     self.children.retire(child)
@@ -242,8 +243,8 @@ class Dispatcher(Service):
         self.changed()
 
     def _on_result(self, child: Child, frame: dict[str, Any]) -> None:
-        job = child.job
-        if job is None or job.id != frame.get("id") or job.token != frame.get("token"):
+        job = child.running.get(frame.get("id"))  # type: ignore[arg-type]
+        if job is None or job.token != frame.get("token"):
             event(log, logging.ERROR, "child.protocol_error", child=child.index,
                   reason="result for a job it does not hold")
             return
@@ -272,10 +273,10 @@ class Dispatcher(Service):
                   reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
             self._succeeded(child)
             self.replenish()  # its replacement starts while it exits (unless it stands by)
-        elif child.queued:
-            self.start_job(child, child.queued.popleft())  # already in its pipe: it runs it now
-            if child.queued:  # and holds more behind it (its last one is a change: dry soon)
-                self.ran_on()
+        elif child.queued or child.running:
+            self._start_queued(child)  # already in its pipe: it runs them now
+            if child.queued and child.slots == 1:  # and holds more behind it (its last one
+                self.ran_on()  # is a change: dry soon)
                 return
         elif child.state is S.RETIRING or child.generation != self.serving or self.closing:
             self.supervisor.stop(child)
@@ -295,6 +296,13 @@ class Dispatcher(Service):
                 limit, self._hard_timeout, child, job.id, job.token)
         if child.successor is None and self.children.finishing(child):
             self.replenish()  # its successor starts now, and stands by
+
+    def _start_queued(self, child: Child) -> None:
+        """Start the jobs waiting in ``child``'s socket that it starts now (Child.can_start:
+        one without slots; with slots, while it has room)."""
+        queued = child.queued
+        while queued and child.can_start(queued[0]):
+            self.start_job(child, queued.popleft())
 
     def _start_parked(self, child: Child) -> None:
         """Hand a child that just became ready the job claimed for it while it started."""
@@ -323,7 +331,7 @@ class Dispatcher(Service):
 
     def take_back(self, child: Child, job: Inflight) -> None:
         """Undo a hand-out the child never received (its socket broke)."""
-        if child.job is job:
+        if child.running.get(job.id) is job:
             self._finish(child, job)
         else:
             child.queued.remove(job)
@@ -332,11 +340,31 @@ class Dispatcher(Service):
         return self.tasks.get(task, {}).get("time_limit") or self.settings.time_limit
 
     def _hard_timeout(self, child: Child, job_id: int, token: int) -> None:
-        job = child.job
-        if job is not None and job.id == job_id and job.token == token:
-            event(log, logging.WARNING, "job.time_limit", job=job_id, task=job.task,
-                  child=child.index, limit=self.time_limit(job.task))
-            self.supervisor.kill(child, "timeout")
+        job = child.running.get(job_id)
+        if job is None or job.token != token:
+            return
+        event(log, logging.WARNING, "job.time_limit", job=job_id, task=job.task,
+              child=child.index, limit=self.time_limit(job.task))
+        if child.slots > 1 and len(child.running) > 1:
+            # Its neighbours run on: ask that job to stop, and kill the child only if it
+            # will not (the others are then released).
+            child.send(protocol.interrupt_frame(job.id, job.token, "timeout"))
+            job.timer = asyncio.get_running_loop().call_later(
+                self.supervisor_grace(), self._kill_for, child, job, "timeout")
+            return
+        self._kill_for(child, job, "timeout")
+
+    def _kill_for(self, child: Child, job: Inflight, reason: str) -> None:
+        """Kill ``child`` because of ``job`` (still running): that job's outcome is the
+        reason's; the others it runs are released."""
+        if child.running.get(job.id) is job:
+            child.kill_job = job.id
+            self.supervisor.kill(child, reason)
+
+    def supervisor_grace(self) -> float:
+        """How long a job in a slot is given to stop when asked, before its child is killed:
+        the heartbeater's fencing grace (policy.heartbeat_period, at most 5 s)."""
+        return min(5.0, heartbeat_period(self.settings.lease_ttl))
 
     def give_back_queued(self, child: Child, why: str) -> None:
         """Jobs waiting in a child that will never run them go back to the queue as if never
@@ -410,12 +438,10 @@ class Dispatcher(Service):
         if child.predecessor is not None:  # a successor that died: its predecessor gets another
             child.predecessor.successor = None
             child.predecessor = None
-        job = child.job
         planned = (child.state is S.RETIRING or child.kill_reason is not None or self.closing
                    or child.generation > self.generation)
-        if job is not None:
-            self._finish(child, job)
-            self._settle_lost(child, job, what, sigkill)
+        if child.running:
+            self._settle_lost(child, what, sigkill)
         elif not planned:
             self.metrics.child_exits.labels("unexpected").inc()
             level = logging.ERROR if status != 0 else logging.WARNING
@@ -443,25 +469,43 @@ class Dispatcher(Service):
         self.replenish()
         self.changed()
 
-    def _settle_lost(self, child: Child, job: Inflight, what: str, sigkill: bool) -> None:
-        """The outcome of a job whose child exited while running it."""
-        key = (job.id, job.token)
-        if key in self.fenced:
-            self.fenced.discard(key)
-        elif child.kill_reason == "timeout":
+    def _settle_lost(self, child: Child, what: str, sigkill: bool) -> None:
+        """The outcomes of the jobs ``child`` ran when it exited. Killed for one of them (its
+        hard time limit, or a fence it did not heed), that one's outcome says why and the
+        others it ran beside are released (not failed: they did nothing wrong); a crash is
+        every job's."""
+        lost = list(child.running.values())
+        culprit = child.kill_job
+        if culprit is None:
+            culprit = next((j.id for j in lost if (j.id, j.token) in self.fenced), None)
+        reason = child.kill_reason
+        if reason == "timeout":
             self.metrics.child_exits.labels("timeout").inc()
-            limit = self.time_limit(job.task)
-            self.settle(job, TIMEOUT, {"error": f"hard time limit of {limit:g}s exceeded; child {what}"},
-                        child.index)
-        elif child.kill_reason == "shutdown":
-            self.settle(job, RELEASED, {"error": "released at shutdown; child stopped"}, child.index)
-        else:
+        elif reason != "shutdown" and culprit is None:
             self.metrics.child_exits.labels("crash").inc()
-            hint = " (perhaps out of memory)" if sigkill else ""
-            event(log, logging.ERROR, "child.lost", child=child.index, pid=child.pid,
-                  job=job.id, task=job.task, status=what + hint)
-            self.settle(job, WORKER_LOST, {"error": f"child {what}{hint} while running the job"},
-                        child.index, crashed=1)
+        for job in lost:
+            self._finish(child, job)
+            key = (job.id, job.token)
+            if key in self.fenced:
+                self.fenced.discard(key)
+            elif reason == "shutdown":
+                self.settle(job, RELEASED, {"error": "released at shutdown; child stopped"},
+                            child.index)
+            elif culprit is not None and job.id != culprit:
+                why = ("its hard time limit" if reason == "timeout"
+                       else "it did not stop when its lease was lost")
+                self.settle(job, RELEASED, {"error": f"released: child {what}, killed for job"
+                                                     f" {culprit} ({why})"}, child.index)
+            elif reason == "timeout":
+                limit = self.time_limit(job.task)
+                self.settle(job, TIMEOUT, {"error": f"hard time limit of {limit:g}s exceeded;"
+                                                    f" child {what}"}, child.index)
+            else:
+                hint = " (perhaps out of memory)" if sigkill else ""
+                event(log, logging.ERROR, "child.lost", child=child.index, pid=child.pid,
+                      job=job.id, task=job.task, status=what + hint)
+                self.settle(job, WORKER_LOST, {"error": f"child {what}{hint} while running the"
+                                                        " job"}, child.index, crashed=1)
 
     # --- views ----------------------------------------------------------------------------
 
@@ -474,12 +518,19 @@ class Dispatcher(Service):
         for child in self.children.alive():
             for held in child.holding():
                 alive = now - max(child.last_alive, held.dispatched or held.claimed) < quiet
-                out.append(Lease(held.id, held.token, child, held.claimed, alive))
+                out.append(Lease(held.id, held.token, child, held.claimed, alive,
+                                 framed=child.slots > 1))
         return out
 
     def on_fence_threadsafe(self, lease: Lease, reason: str) -> None:
         self.fenced.add((lease.id, lease.token))
         self.supervisor.loop.call_soon_threadsafe(self._on_fenced, lease.id, lease.token, reason)
+
+    def interrupt_threadsafe(self, lease: Lease, why: str) -> None:
+        """Interrupt one job of a child with slots (``why``: lease_lost or cancel) by a frame,
+        written from the event loop (the heartbeater's thread calls this)."""
+        frame = protocol.interrupt_frame(lease.id, lease.token, why)
+        self.supervisor.loop.call_soon_threadsafe(lease.child.send, frame)
 
     def _on_fenced(self, job_id: int, token: int, reason: str) -> None:
         self.metrics.fenced.inc()
@@ -489,8 +540,7 @@ class Dispatcher(Service):
         now = time.time()
         out = []
         for child in self.children.alive():
-            job = child.job
-            if job is not None:
+            for job in child.running.values():
                 started = now - (time.monotonic() - job.dispatched)
                 out.append({"id": job.id, "task": job.task, "child": child.index,
                             "pid": child.pid, "started": round(started, 3)})

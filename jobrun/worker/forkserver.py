@@ -418,7 +418,7 @@ def child_limits(settings: Settings) -> dict[str, Any]:
     --max-tasks-per-child, --max-memory-per-child in bytes, --soft-time-limit, and how often a
     busy child says it still runs (policy.alive_interval). The master's first children (forked
     as the fork server starts) and those its supervisor spawns later start alike."""
-    return {"max_tasks": settings.max_tasks_per_child,
+    return {"max_tasks": settings.max_tasks_per_child, "slots": settings.slots,
             "max_memory": settings.max_memory_per_child * 1024 * 1024,
             "soft_time_limit": settings.soft_time_limit,
             "alive_interval": alive_interval(settings.lease_ttl)}

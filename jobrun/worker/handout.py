@@ -8,9 +8,11 @@ Around each claim the claimer (worker/claimer.py) asks two things:
     hand_out(takers, rows, claimed) -> rows no child took (the claimer gives them back)
 
 One row goes to each reserved child; a forked child still starting gets one parked (kept in
-the master until it is ready); the rest go to the busy children holding fewest that may take
-more (policy.prefetch: jobs of tasks whose recent runs were short, up to --prefetch and
---prefetch-max-runtime of work), and each child gets its jobs in one write.
+the master until it is ready); children with free slots (--slots) take rows of tasks that
+share a child, up to their free slots (they start at once); the rest go to the busy children
+holding fewest that may take more (policy.prefetch: jobs of tasks whose recent runs were
+short, up to --prefetch and --prefetch-max-runtime of work), and each child gets its jobs in
+one write.
 
 The claim is sized the same way (``_room``), and a busy child that ran on to a job it held
 asks again only once enough such results came in to change the decision (``ran_on``).
@@ -71,11 +73,18 @@ class HandOut:
         wanted = len(idle) + len(coming)
         self._ran_on = 0
         self._ran_on_limit = prefetch.results_to_reconsider(wanted, extra, most, dry_soon)
-        if self._ran_on_limit:  # 0 exactly when a claim is worth it now
-            return [], 0
+        shared = self._free_slots(idle) if self.settings.slots > 1 else 0
+        if self._ran_on_limit and not prefetch.slots_worth_claiming(
+                shared, self.settings.slots * self.dispatcher.target):
+            return [], 0  # (ran_on_limit is 0 exactly when a claim is worth it now)
         for child in idle:
             self.children.reserve(child)
-        return idle + coming, wanted + extra
+        return idle + coming, wanted + extra + shared
+
+    def _free_slots(self, idle: list[Child]) -> int:
+        """Rows children with slots would start at once beyond the one each idle child takes."""
+        return (sum(c.free_slots() for c in self.children.busy())
+                + sum(max(0, c.free_slots() - 1) for c in idle))
 
     def unreserve(self) -> None:
         """The claim failed (or the claimer stops): every child reserved for it is idle again."""
@@ -167,6 +176,8 @@ class HandOut:
                 children.unreserve(child)
                 continue
             self._assign(child, rows.pop(), batches, claimed)
+        if rows and self.settings.slots > 1:
+            self._fill_slots(rows, batches, claimed)
         if rows:
             # Children that went idle while the claim ran take rows too, first.
             self._fill(children.idle() + children.busy(), rows, batches, claimed,
@@ -188,6 +199,31 @@ class HandOut:
         if claimed_any:
             self.dispatcher.changed()  # children took jobs: re-render the title, look again
         return orphans
+
+    def _fill_slots(self, rows: list[dict[str, Any]], batches: Batch, claimed: float) -> None:
+        """Rows of tasks that share a child go to children with free slots, where they start at
+        once, the emptiest children first; rows of other tasks stay (for an idle child, or
+        ahead in one)."""
+        shares = self._shares
+        free = {c: n for c in self.children.idle() + self.children.busy()
+                if (n := c.free_slots()) > 0}
+        if not free:
+            return
+        kept = []
+        while rows and free:
+            row = rows.pop()
+            if not shares(row["task"]):
+                kept.append(row)
+                continue
+            child = max(free, key=free.__getitem__)
+            self._assign(child, row, batches, claimed)
+            free[child] -= 1
+            if free[child] == 0:
+                del free[child]
+        rows.extend(reversed(kept))
+
+    def _shares(self, task: str) -> bool:
+        return bool(self.dispatcher.tasks.get(task, {}).get("slots"))
 
     def _fill(self, takers: list[Child], rows: list[dict[str, Any]], batches: Batch,
               claimed: float, within_budget: bool) -> None:
@@ -216,7 +252,8 @@ class HandOut:
         job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
                        attempts=row["attempts"], max_attempts=row["max_attempts"],
                        crashes=row["crashes"], created_at=row["created_at"], claimed=claimed,
-                       traceparent=row["traceparent"])
+                       traceparent=row["traceparent"],
+                       shares=child.slots > 1 and self._shares(row["task"]))
         frame = self._frames.frame(
             id=job.id, token=job.token, task=job.task, queue=job.queue, attempt=job.attempts,
             max_attempts=job.max_attempts, priority=row["priority"], created_at=job.created_at,
@@ -225,7 +262,7 @@ class HandOut:
         if self.children.parks(child):
             self.dispatcher.park(child, job, frame)
             return
-        if child.job is None:
+        if not child.queued and child.can_start(job):
             self.dispatcher.start_job(child, job)
         else:
             child.queued.append(job)

@@ -13,6 +13,10 @@ Lease states of one in-flight job, as this thread sees it::
 
     held --cancel_requested--> SIGUSR2 to the child (its handler sees Cancelled)
 
+A child with slots (--slots > 1) runs several jobs at once, so a signal would reach the wrong
+one: its jobs are interrupted by an interrupt frame naming the job instead (``interrupt``),
+and a job that does not stop within the grace gets its child killed all the same.
+
 A beat renews every lease at once, once a period; a dropped connection is retried at once,
 within the beat. A beat whose renewal failed is followed sooner than a period, while a renewal
 can still be in time (policy.retry_wait): the deadline is only two periods after the last
@@ -54,6 +58,7 @@ class Lease:
     child: object  # supervisor.Child: has .signal(signum)
     since: float  # monotonic time of the claim
     alive: bool = True  # the child reported itself running within the last period
+    framed: bool = False  # its child has slots: interrupted by a frame, not a signal
 
 
 def _cut(conn: psycopg.Connection) -> None:
@@ -71,8 +76,11 @@ def _cut(conn: psycopg.Connection) -> None:
 
 def _running(lease: Lease) -> bool:
     """Whether the lease's child is running that attempt now (signals reach only that one)."""
-    job = getattr(lease.child, "job", lease)
-    return job is not None and (job.id, job.token) == (lease.id, lease.token)
+    running = getattr(lease.child, "running", None)
+    if running is None:
+        return True
+    job = running.get(lease.id)
+    return job is not None and job.token == lease.token
 
 
 class Heartbeater(Service):
@@ -86,7 +94,8 @@ class Heartbeater(Service):
                  leases: Callable[[], list[Lease]], loop_alive: Callable[[float], bool],
                  on_fence: Callable[[Lease, str], None], grace: float | None = None,
                  on_db_error: Callable[[], None] | None = None,
-                 on_db_ok: Callable[[], None] | None = None) -> None:
+                 on_db_ok: Callable[[], None] | None = None,
+                 interrupt: Callable[[Lease, str], None] | None = None) -> None:
         super().__init__()
         self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
         self._session = self.db.sync_session(HEARTBEATS)  # used by the thread alone
@@ -101,6 +110,7 @@ class Heartbeater(Service):
         self.on_fence = on_fence
         self.on_db_error = on_db_error
         self.on_db_ok = on_db_ok
+        self.interrupt = interrupt  # (lease, why): a frame to a child with slots
         self.clock = time.monotonic  # injected by tests that drive tick() themselves
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -241,7 +251,7 @@ class Heartbeater(Service):
             if held[lease.id] and key not in self._cancel_sent and _running(lease):
                 self._cancel_sent.add(key)
                 event(log, logging.INFO, "job.cancel_signalled", job=lease.id)
-                lease.child.signal(signal.SIGUSR2)
+                self._tell(lease, "cancel", signal.SIGUSR2)
         return True
 
     def _fence(self, lease: Lease, reason: str, now: float) -> None:
@@ -257,7 +267,13 @@ class Heartbeater(Service):
         self._fenced[key] = now + self.grace
         self.fenced_total += 1
         self.on_fence(lease, reason)
-        lease.child.signal(signal.SIGUSR1)
+        self._tell(lease, "lease_lost", signal.SIGUSR1)
+
+    def _tell(self, lease: Lease, why: str, signum: int) -> None:
+        if lease.framed and self.interrupt is not None:
+            self.interrupt(lease, why)
+        else:
+            lease.child.signal(signum)
 
     def _execute_renewal(self, leases: list[Lease], deadline: float) -> list[dict]:
         """Renew ``leases`` by ``deadline`` (monotonic), or raise. The server's

@@ -157,6 +157,7 @@ class Master:
                                        leases=self.dispatcher.leases,
                                        loop_alive=self.ticker.loop_alive,
                                        on_fence=self.dispatcher.on_fence_threadsafe,
+                                       interrupt=self.dispatcher.interrupt_threadsafe,
                                        on_db_error=m.db_errors.labels("heartbeat").inc)
         self.scheduler = Scheduler(
             self.db, self.q, self.elector,
@@ -257,6 +258,7 @@ class Master:
         inflight = self.dispatcher.inflight()
         return {"owner": self.owner, "host": self.host, "pid": self.pid, "app": self.settings.app,
                 "queues": list(self.settings.queues), "concurrency": self.dispatcher.target,
+                "slots": self.settings.slots,
                 "busy": len(inflight), "version": __version__, "inflight": inflight,
                 "tasks": sorted(self.dispatcher.tasks), "held": json.dumps(self.claimer.held)}
 
@@ -277,7 +279,7 @@ class Master:
         return d.booted.is_set() and not self.stopping and d.takes_jobs()
 
     def _render_title(self) -> None:
-        self.metrics.set_children(self.dispatcher.count_states())
+        self.metrics.set_children(self.dispatcher.count_states(), self.children.slots())
         s = self.settings
         setproctitle(f"jobrun-master: {s.app} c={self.dispatcher.target}"
                      f" busy={self.dispatcher.running()} queues={','.join(s.queues)}")

@@ -58,6 +58,9 @@ class Metrics:
                               "From runnable (enqueue, or run_at) to claim", ["queue"],
                               buckets=WAIT_BUCKETS, registry=r)
         self.children = Gauge("jobrun_children", "Child processes by state", ["state"], registry=r)
+        self.slots = Gauge("jobrun_slots", "Jobs running in the children (busy) and the jobs the"
+                           " serving children can run at once (total: children x --slots)",
+                           ["state"], registry=r)
         self.child_exits = Counter("jobrun_child_exits", "Child exits by reason", ["reason"],
                                    registry=r)
         self.fenced = Counter("jobrun_lease_fenced", "Leases this master fenced", registry=r)
@@ -109,9 +112,11 @@ class Metrics:
 
         mirror(self)  # as OpenTelemetry instruments too, when those are on
 
-    def set_children(self, states: dict[str, int]) -> None:
+    def set_children(self, states: dict[str, int], slots: tuple[int, int] = (0, 0)) -> None:
         for state in ("starting", "standby", "idle", "busy", "retiring"):
             self.children.labels(state).set(states.get(state, 0))
+        self.slots.labels("busy").set(slots[0])
+        self.slots.labels("total").set(slots[1])
 
     def set_depth(self, rows: list[dict]) -> None:
         self.queue_depth.clear()

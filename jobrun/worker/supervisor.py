@@ -45,12 +45,13 @@ class Supervisor:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, app: str, max_tasks: int,
                  max_memory: int, soft_time_limit: float, alive_interval: float,
+                 slots: int = 1,
                  env: dict[str, str], forkservers: ForkServers | None = None,
                  on_frame: Callable[[Child, dict[str, Any]], None],
                  on_exit: Callable[[Child, int], None], children: Children | None = None) -> None:
         self.loop = loop
         self.app = app
-        self.configure(max_tasks=max_tasks, max_memory=max_memory,
+        self.configure(max_tasks=max_tasks, max_memory=max_memory, slots=slots,
                        soft_time_limit=soft_time_limit, alive_interval=alive_interval)
         self.env = env
         self.forkservers = forkservers  # None: every child by exec
@@ -59,9 +60,10 @@ class Supervisor:
         self.children = Children() if children is None else children
 
     def configure(self, *, max_tasks: int, max_memory: int, soft_time_limit: float,
-                  alive_interval: float) -> None:
+                  alive_interval: float, slots: int = 1) -> None:
         """What children started from now on start with (forkserver.child_limits)."""
         self.max_tasks = max_tasks
+        self.slots = slots
         self.max_memory = max_memory  # bytes
         self.soft_time_limit = soft_time_limit
         self.alive_interval = alive_interval
@@ -77,17 +79,18 @@ class Supervisor:
                 pid, sock = adopted
                 sock.setblocking(False)
                 child = Child(index=index, generation=generation, process=ForkedProcess(pid),
-                              sock=sock, pidfd=-1, _on_backlog=self._write_later)
+                              sock=sock, pidfd=-1, _on_backlog=self._write_later, slots=self.slots)
                 self.children.add(child)
                 self._watch(child)
                 return child
             parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             parent_sock.setblocking(False)  # the event loop writes and reads it as it can
             child = Child(index=index, generation=generation, process=ForkedProcess(),
-                          sock=parent_sock, pidfd=-1, _on_backlog=self._write_later)
+                          sock=parent_sock, pidfd=-1, _on_backlog=self._write_later, slots=self.slots)
             try:
                 asked = self.forkservers.spawn(child_sock, {
                     "index": index, "max_tasks": self.max_tasks, "max_memory": self.max_memory,
+                    "slots": self.slots,
                     "soft_time_limit": self.soft_time_limit, "alive_interval": self.alive_interval},
                     lambda pid: self._forked(child, pid))
             finally:
@@ -97,7 +100,7 @@ class Supervisor:
                 return child
             parent_sock.close()
         child = Child(index=index, generation=generation, process=None, sock=None, pidfd=-1,
-                      _on_backlog=self._write_later)
+                      _on_backlog=self._write_later, slots=self.slots)
         self.children.add(child)
         self._start_by_exec(child)
         return child
@@ -137,7 +140,7 @@ class Supervisor:
         cmd = [sys.executable, "-m", "jobrun.child", "--fd", str(fd), "--index", str(index),
                "--app", self.app, "--master-pid", str(os.getpid()),
                "--max-tasks", str(self.max_tasks), "--max-memory", str(self.max_memory),
-               "--soft-time-limit", str(self.soft_time_limit),
+               "--soft-time-limit", str(self.soft_time_limit), "--slots", str(self.slots),
                "--alive-interval", str(self.alive_interval)]
         # Spawned from the event-loop (main) thread: PR_SET_PDEATHSIG fires when the
         # *thread* that created the child ends, so it must be the long-lived one.

@@ -85,7 +85,7 @@ class Busy(FakeChild):
 
     def __init__(self, job: Lease) -> None:
         super().__init__()
-        self.job = job
+        self.running = {job.id: job}
 
 
 def test_a_lease_waiting_in_a_pipe_is_fenced_once_its_child_runs_it():
@@ -97,7 +97,7 @@ def test_a_lease_waiting_in_a_pipe_is_fenced_once_its_child_runs_it():
     hb.tick(5.0)
     # A signal now would interrupt job 1, whose lease is fine.
     assert child.signals == [] and fences == []
-    child.job = waiting  # job 1 finished; the child starts job 2
+    child.running = {waiting.id: waiting}  # job 1 finished; the child starts job 2
     hb.tick(5.1)
     assert child.signals == [signal.SIGUSR1] and fences == [(2, "not renewed in time")]
 
