@@ -8,7 +8,8 @@ the test keeps an ``effects`` table, one row there); and a job's version moved o
 changes a user sees (docs/concepts.md, "Versions"): at most twice per claim (the claim, and
 the end of that lease: finished, requeued or given back) and once for a cancel, however long
 it ran and however often it was renewed or aged. (A test that retries jobs by hand adds one a
-retry: it is not one of these runs.)
+retry: it is not one of these runs.) A released attempt (shutdown, or a child with slots
+killed for a neighbour's sake) says why.
 Returns the violations; an empty list means nothing was lost.
 
 ``after_faults`` is the stricter check the fault suite runs once its faults stopped: it waits
@@ -51,6 +52,9 @@ SELECT 'effects without success', p.job_id FROM {schema}.processed_effects p
 UNION ALL
 SELECT 'version moved without a change a user sees', j.id FROM {schema}.jobs j
  WHERE j.version > 2 * j.lease_token + (j.status = 'cancelled' OR j.cancel_requested)::int
+UNION ALL
+SELECT 'released without a reason', a.job_id FROM {schema}.job_attempts a
+ WHERE a.outcome = 'released' AND a.error IS NULL
 """
 
 # When the test keeps its own effects table (one row per committed handler run).

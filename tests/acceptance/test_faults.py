@@ -81,7 +81,8 @@ def test_checker_reports_fabricated_violations(conn, schema, client):
     ids = {name: client.enqueue(task, {}, max_attempts=2).job.id for name, task in [
         ("effect_twice", "effect"), ("started_thrice", "record"), ("stuck", "record"),
         ("dead_silent", "record"), ("queued", "record"), ("unrecorded", "record"),
-        ("same_token", "record"), ("fine", "record"), ("fine_dead", "record")]}
+        ("same_token", "record"), ("fine", "record"), ("fine_dead", "record"),
+        ("released_silent", "record")]}
 
     def run(text, params=()):
         conn.execute(sql.SQL(text).format(s=sql.Identifier(schema)), params)
@@ -92,6 +93,8 @@ def test_checker_reports_fabricated_violations(conn, schema, client):
         ([ids["dead_silent"], ids["fine_dead"]],))
     run("INSERT INTO {s}.job_attempts (job_id, lease_token, attempt, outcome, error)"
         " VALUES (%s, 2, 2, 'lease_expired', 'lease expired')", (ids["fine_dead"],))
+    run("INSERT INTO {s}.job_attempts (job_id, lease_token, attempt, outcome)"
+        " VALUES (%s, 1, 1, 'released')", (ids["released_silent"],))
     run("UPDATE {s}.jobs SET status = 'leased', attempts = 1, lease_owner = 'gone',"
         " lease_expires_at = now() - interval '1 hour' WHERE id = %s", (ids["stuck"],))
     run("INSERT INTO {s}.processed_effects (task, effect_key, job_id) VALUES ('effect', %s, %s)",
@@ -116,6 +119,8 @@ def test_checker_reports_fabricated_violations(conn, schema, client):
         ("lost (queued)", ids["queued"]),
         ("succeeded without a recorded start", ids["unrecorded"]),
         ("two starts under one lease token", ids["same_token"]),
+        ("released without a reason", ids["released_silent"]),
+        ("succeeded without a recorded start", ids["released_silent"]),
         ("lost (missing)", 10**9),
     }
     # The waits turn into violations too (after a deadline), rather than a bare timeout.
@@ -138,6 +143,23 @@ def test_sigkill_children_and_masters_under_load(db_env, tmp_path, pg_dsn, schem
                {"child": fleet.kill_child, "child2": fleet.kill_child,
                 "master": fleet.kill_master}, count=4,
                more=lambda: enqueue(client, faults, 4))
+        assert faults.counts["sigkill_child"] + faults.counts["sigkill_master"] >= 2, faults.explain()
+        conclude(conn, schema, faults, fleet)
+
+
+def test_sigkill_children_and_masters_with_slots(db_env, tmp_path, pg_dsn, schema, client, conn,
+                                                faults):
+    """The same with --slots: children running several jobs each (async and thread-safe ones
+    beside each other, transactional ones alone) killed, and masters killed, under load."""
+    plain = ("record", "record.async", "record.thread")
+    with faults, Fleet(db_env, tmp_path, faults, "-c", "2", "--slots", "4",
+                       record_dsn=pg_dsn) as fleet:
+        fleet.start_many(2, ready=2)
+        enqueue(client, faults, 20, transactional=0.2, plain=plain)
+        inject(conn, schema, faults,
+               {"child": fleet.kill_child, "child2": fleet.kill_child,
+                "master": fleet.kill_master}, count=4,
+               more=lambda: enqueue(client, faults, 8, transactional=0.2, plain=plain))
         assert faults.counts["sigkill_child"] + faults.counts["sigkill_master"] >= 2, faults.explain()
         conclude(conn, schema, faults, fleet)
 

@@ -76,3 +76,21 @@ def effect(job: jobrun.Job, tx):
                [job.id, os.getpid()])
     _work(job)
     return {"pid": os.getpid()}
+
+
+@app.task("record.async")
+async def record_async(job: jobrun.Job):
+    """``record`` as an async handler: with --slots it shares its child with others."""
+    import asyncio
+
+    record_start(job)
+    await asyncio.sleep(float((job.payload or {}).get("sleep", 0)))
+    return {"pid": os.getpid()}
+
+
+@app.task("record.thread", slots=True)
+def record_thread(job: jobrun.Job):
+    """``record`` declared thread-safe: with --slots it runs on its child's pool."""
+    record_start(job)
+    _work(job)
+    return {"pid": os.getpid()}

@@ -41,13 +41,14 @@ def prepare(conn, schema: str) -> None:
 
 
 def enqueue(client, faults: Faults, n: int, *, sleep: float = 0.3, transactional: float = 0.5,
-            max_attempts=(3, 10, 10), least: float = 0.0) -> list[int]:
-    """``n`` jobs: ``record`` or (with probability ``transactional``) ``effect``, each running
+            max_attempts=(3, 10, 10), least: float = 0.0, plain=("record",)) -> list[int]:
+    """``n`` jobs: one of ``plain`` (``record``, or its async and thread-safe twins that share
+    a child with --slots) or (with probability ``transactional``) ``effect``, each running
     U(least, sleep) seconds, with max_attempts drawn from ``max_attempts``; their ids also go to
     ``faults.enqueued``, the run's ledger the checker holds the table to."""
     items = []
     for _ in range(n):
-        task = "effect" if faults.chance(transactional) else "record"
+        task = "effect" if faults.chance(transactional) else faults.pick(list(plain))
         items.append((task, {"sleep": round(faults.uniform(least, sleep), 3)},
                       faults.pick(max_attempts)))
     ids = [client.enqueue(task, payload, max_attempts=tries).job.id
@@ -146,7 +147,8 @@ class Fleet:
         """SIGKILL a child running a job (waiting up to 15 s for one: a replacement master may
         still be starting), of a master and child the seed picks."""
         def busy() -> dict[int, list[int]]:
-            found = {m.pid: [p for p in m.children() if " job=" in title(p)] for m in self.live()}
+            found = {m.pid: [p for p in m.children() if " job=" in title(p) or " slots" in title(p)]
+                     for m in self.live()}
             return {pid: kids for pid, kids in found.items() if kids}
         try:
             candidates = wait_for(busy, timeout=15, interval=0.05, message="a busy child")
