@@ -83,8 +83,17 @@ class HandOut:
 
     def _free_slots(self, idle: list[Child]) -> int:
         """Rows children with slots would start at once beyond the one each idle child takes."""
-        return (sum(c.free_slots() for c in self.children.busy())
-                + sum(max(0, c.free_slots() - 1) for c in idle))
+        return (sum(self._slot_room(c) for c in self.children.busy())
+                + sum(max(0, self._slot_room(c) - 1) for c in idle))
+
+    def _slot_room(self, child: Child) -> int:
+        """Jobs ``child`` would start at once in its free slots, short of the jobs it may still
+        run before --max-tasks-per-child retires it."""
+        free = child.free_slots()
+        limit = self.settings.max_tasks_per_child
+        if not free or not limit:
+            return free
+        return max(0, min(free, limit - child.jobs_done - child.held()))
 
     def unreserve(self) -> None:
         """The claim failed (or the claimer stops): every child reserved for it is idle again."""
@@ -206,7 +215,7 @@ class HandOut:
         ahead in one)."""
         shares = self._shares
         free = {c: n for c in self.children.idle() + self.children.busy()
-                if (n := c.free_slots()) > 0}
+                if (n := self._slot_room(c)) > 0}
         if not free:
             return
         kept = []

@@ -157,3 +157,30 @@ def test_a_lost_lease_fences_one_job_and_spares_its_neighbours(master, client, d
             "a fenced attempt's outcome is never recorded"
     assert m.children() == [child], "fenced by a frame: the child was not killed"
     assert "child.fence_kill" not in m.stderr()
+
+
+def test_soft_time_limits_hold_per_job(master, client, db):
+    master("-c", "1", "--slots", "4", app=APP, ready=1)
+    slow = enqueue(client, [("slow", None), ("slow.sync", None)], max_attempts=1)
+    beside = client.enqueue("wait", {"s": 1.0}).job.id
+    db.wait_status(slow + [beside], timeout=30)
+    for i in slow:
+        [attempt] = db.attempts(i)
+        assert attempt["outcome"] == "timeout" and "soft time limit" in attempt["error"], attempt
+        assert db.job(i)["status"] == "dead"
+    assert [a["outcome"] for a in db.attempts(beside)] == ["succeeded"]
+
+
+def test_max_tasks_per_child_recycles_after_the_jobs_in_flight(master, client, db):
+    m = master("-c", "1", "--slots", "4", "--max-tasks-per-child", "6", app=APP, ready=1)
+    first = m.children()
+    ids = enqueue(client, [("wait", {"s": 0.2}) for _ in range(18)])
+    db.wait_status(ids, timeout=60)
+    results = [db.result(i) for i in ids]
+    per_child: dict[int, int] = {}
+    for r in results:
+        per_child[r["pid"]] = per_child.get(r["pid"], 0) + 1
+    assert all(n <= 6 for n in per_child.values()) and len(per_child) >= 3, per_child
+    assert [db.job(i)["status"] for i in ids] == ["succeeded"] * 18
+    assert all(len(db.attempts(i)) == 1 for i in ids), "a recycled child's jobs were not rerun"
+    assert not set(first) & set(m.children())

@@ -88,3 +88,16 @@ def hang(job: jobrun.Job):
 async def crash(job: jobrun.Job):
     await asyncio.sleep(float((job.payload or {}).get("s", 0.2)))
     os._exit(9)
+
+
+@app.task("slow", soft_time_limit=0.3)
+async def slow(job: jobrun.Job):
+    """Runs past its soft time limit; the handler sees SoftTimeLimit (as a cancel of its await)."""
+    await asyncio.sleep(30)
+
+
+@app.task("slow.sync", slots=True, soft_time_limit=0.3)
+def slow_sync(job: jobrun.Job):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
