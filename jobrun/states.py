@@ -60,7 +60,7 @@ class Outcome:
     WORKER_LOST = "worker_lost"    # the child died (signal, OOM, os._exit): a crash
     LEASE_EXPIRED = "lease_expired"  # its holder stopped renewing the lease (the reaper)
     CANCELLED = "cancelled"        # stopped on a cancel request
-    RELEASED = "released"          # cut short by the master's shutdown: not counted
+    RELEASED = "released"          # cut short by the master (shutdown, a neighbour's kill)
 
 
 STATUSES = (Status.QUEUED, Status.LEASED, Status.SUCCEEDED, Status.DEAD, Status.CANCELLED)

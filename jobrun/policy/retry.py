@@ -71,9 +71,11 @@ def decide(outcome: str, *, attempts: int, max_attempts: int, crashes: int = 0,
     if outcome == CANCELLED:
         return Fate(Status.CANCELLED)
     if outcome == RELEASED:
-        # Cut short by the master's shutdown, not by the job: back at once, and the attempt
-        # is given back (see refund in the completion).
-        return Fate(Status.QUEUED, 0.0)
+        # Cut short by the master's shutdown (or, in a child with slots, by a neighbour's
+        # kill), not by the job: back at once, no backoff. The start counts all the same, so
+        # a job that never gets to finish (a two-hour job under hourly deploys) ends dead
+        # once its starts reach the bound, instead of starting forever.
+        return Fate(Status.QUEUED, 0.0) if attempts < max_attempts else Fate(Status.DEAD)
     if permanent:
         return Fate(Status.DEAD)
     if outcome == WORKER_LOST and crashes + 1 >= max_crashes:

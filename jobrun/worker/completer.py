@@ -63,7 +63,7 @@ class Completion:
     child: int | None = None
     crashed: int = 0
     log: str | None = None  # what the handler logged
-    refund: int = 0  # 1: the attempt does not count (released at shutdown)
+    refund: int = 0  # 1: the attempt does not count (no outcome of a started job is refunded)
     queue: str = ""  # the job's queue: its lease counts against -Q NAME=N until written
     # The task's max_attempts, lower than the job's, that decided this failed attempt's fate:
     # written to the job (cap_max_attempts) so that it shows the limit that applied.

@@ -401,7 +401,7 @@ class Dispatcher(Service):
             id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
             error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
             child=child_index, crashed=crashed, log=info.get("log"),
-            refund=1 if outcome == RELEASED else 0, queue=job.queue, traceparent=job.traceparent,
+            queue=job.queue, traceparent=job.traceparent,
             limit=limit_to_record(job.max_attempts, cfg.get("max_attempts"), outcome, fate.status)))
 
     def jobs_done(self) -> int:

@@ -376,12 +376,30 @@ def test_term_releases_jobs_past_grace(master, client, db):
     assert m.wait(15) == 0
     assert time.monotonic() - started < 8
     job = db.job(job_id)  # back in the queue at once, not left leased for the reaper
-    # The master cut it short: the attempt is recorded, but not counted against the job.
-    assert (job["status"], job["attempts"], job["lease_owner"]) == ("queued", 0, None)
+    # The master cut it short: back at once, and the start counts against max_attempts.
+    assert (job["status"], job["attempts"], job["lease_owner"]) == ("queued", 1, None)
     assert job["run_in"].total_seconds() <= 0
     [a] = db.attempts(job_id)
     assert a["outcome"] == "released" and a["attempt"] == 1
     wait_for(lambda: not live(child), message="the child to be gone")
+
+
+def test_a_job_released_at_every_stop_ends_dead_at_its_bound(master, client, db):
+    """A job longer than the time between two deploys: each stop releases it, each release
+    counts as a start, and the last one ends it dead with the reason (it would otherwise start
+    forever)."""
+    job_id = client.enqueue("sleep", 30, max_attempts=2).job.id
+    for stop in (1, 2):
+        m = master("-c", "1", "--grace", "0.5", "--lease-ttl", "60", ready=1)
+        db.wait_status(job_id, statuses=("leased",), timeout=10)
+        m.signal(signal.SIGTERM)
+        assert m.wait(15) == 0
+        job = db.job(job_id)
+        assert job["attempts"] == stop
+        assert job["status"] == ("queued" if stop == 1 else "dead")
+    attempts = db.attempts(job_id)
+    assert [a["outcome"] for a in attempts] == ["released", "released"]
+    assert all("released at shutdown" in a["error"] for a in attempts)
 
 
 @pytest.mark.parametrize("how", ["term_twice", "quit"])
