@@ -184,3 +184,21 @@ def test_max_tasks_per_child_recycles_after_the_jobs_in_flight(master, client, d
     assert [db.job(i)["status"] for i in ids] == ["succeeded"] * 18
     assert all(len(db.attempts(i)) == 1 for i in ids), "a recycled child's jobs were not rerun"
     assert not set(first) & set(m.children())
+
+
+def test_hup_applies_a_new_slots_setting_to_the_new_children(master, client, db, tmp_path):
+    conf = tmp_path / "jobrun.toml"
+    conf.write_text("slots = 1\n")
+    m = master("-c", "1", "--config", str(conf), app=APP, ready=1)
+    first = enqueue(client, [("wait", {"s": 0.4}) for _ in range(3)])
+    db.wait_status(first, timeout=30)
+    assert overlap([db.result(i) for i in first]) == 1  # one at a time
+
+    [old] = m.children()
+    conf.write_text("slots = 3\n")
+    m.signal(signal.SIGHUP)
+    wait_for(lambda: old not in m.children() and len(m.idle_children()) == 1, timeout=30,
+             message="the new generation serving")
+    again = enqueue(client, [("wait", {"s": 0.6}) for _ in range(3)])
+    db.wait_status(again, timeout=30)
+    assert overlap([db.result(i) for i in again]) == 3

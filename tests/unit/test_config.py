@@ -190,7 +190,8 @@ def test_redact_never_shows_the_password_in_keyword_dsns(password, port):
 
 
 REFUSED = [("concurrency", 0, "at least 1"), ("prefetch", 0, "at least 1"),
-           ("log_format", "yaml", "text, json"), ("retention", "40000d", "at most 100 years")]
+           ("log_format", "yaml", "text, json"), ("retention", "40000d", "at most 100 years"),
+           ("slots", 0, "at least 1"), ("slots", 1001, "at most 1000 jobs in one child")]
 
 
 @pytest.mark.parametrize("name,value,says", REFUSED)
