@@ -842,9 +842,13 @@ def parse_variants(text: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
         part = part.strip()
         if not part:
             continue
-        values = [int(v) for v in part.split("x")]
-        if len(values) != len(keys):
-            raise argparse.ArgumentTypeError(f"{part!r}: expected {'x'.join(keys)}")
+        try:
+            values = [int(v) for v in part.split("x")]
+        except ValueError:
+            values = []
+        if len(values) != len(keys) or min(values) < 1:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: expected {'x'.join(k.upper() for k in keys)}, positive integers")
         out.append(dict(zip(keys, values)))
     return out
 
@@ -905,26 +909,33 @@ def main(argv: list[str] | None = None) -> int:
     systems_wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    unknown = [n for n in systems_wanted if n not in SYSTEMS] + [
+        w for w in workloads if w not in (*DRAINS, "latency")]
+    if unknown:
+        parser.error(f"unknown system or workload: {', '.join(unknown)}")
 
-    variants = {
-        "noop": {"jobrun": parse_variants(args.jobrun_c, ("c",)),
-                 "pgqueuer": parse_variants(args.pgqueuer, ("procs", "batch")),
-                 "procrastinate": parse_variants(args.procrastinate, ("procs", "conc")),
-                 "celery": parse_variants(args.celery_c, ("c",))},
-        "cpu": {"jobrun": parse_variants(args.jobrun_cpu_c, ("c",)),
-                "pgqueuer": parse_variants(args.pgqueuer_cpu, ("procs", "batch")),
-                "procrastinate": parse_variants(args.procrastinate_cpu, ("procs", "conc")),
-                "celery": parse_variants(args.celery_cpu_c, ("c",))},
-        "latency": {"jobrun": parse_variants(args.jobrun_lat_c, ("c",)),
-                    "pgqueuer": parse_variants(args.pgqueuer_lat, ("procs", "batch")),
-                    "procrastinate": parse_variants(args.procrastinate_lat, ("procs", "conc")),
-                    "celery": parse_variants(args.celery_lat_c, ("c",))},
-        "io": {"jobrun": parse_variants(args.jobrun_io, ("c", "slots")),
-               "pgqueuer": parse_variants(args.pgqueuer_io, ("procs", "batch"))},
-    }
-    variants["io-sync"] = {"jobrun": variants["io"]["jobrun"],
-                           "pgqueuer": [dict(v, threads=args.pgqueuer_threads)
-                                        for v in variants["io"]["pgqueuer"]]}
+    try:
+        variants = {
+            "noop": {"jobrun": parse_variants(args.jobrun_c, ("c",)),
+                     "pgqueuer": parse_variants(args.pgqueuer, ("procs", "batch")),
+                     "procrastinate": parse_variants(args.procrastinate, ("procs", "conc")),
+                     "celery": parse_variants(args.celery_c, ("c",))},
+            "cpu": {"jobrun": parse_variants(args.jobrun_cpu_c, ("c",)),
+                    "pgqueuer": parse_variants(args.pgqueuer_cpu, ("procs", "batch")),
+                    "procrastinate": parse_variants(args.procrastinate_cpu, ("procs", "conc")),
+                    "celery": parse_variants(args.celery_cpu_c, ("c",))},
+            "latency": {"jobrun": parse_variants(args.jobrun_lat_c, ("c",)),
+                        "pgqueuer": parse_variants(args.pgqueuer_lat, ("procs", "batch")),
+                        "procrastinate": parse_variants(args.procrastinate_lat, ("procs", "conc")),
+                        "celery": parse_variants(args.celery_lat_c, ("c",))},
+            "io": {"jobrun": parse_variants(args.jobrun_io, ("c", "slots")),
+                   "pgqueuer": parse_variants(args.pgqueuer_io, ("procs", "batch"))},
+        }
+        variants["io-sync"] = {"jobrun": variants["io"]["jobrun"],
+                               "pgqueuer": [dict(v, threads=args.pgqueuer_threads)
+                                            for v in variants["io"]["pgqueuer"]]}
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
 
     begun = time.monotonic()
     with Bench(args) as bench:
