@@ -4,6 +4,8 @@
     PYTHONPATH=. .venv/bin/python benchmarks/compare.py --pg-bin /usr/lib/postgresql/15/bin
     PYTHONPATH=. .venv/bin/python benchmarks/compare.py --pg-bin /usr/lib/postgresql/15/bin \\
         --repeat 1 --workloads noop,latency --systems jobrun,pgqueuer         # a quick look
+    PYTHONPATH=. .venv/bin/python benchmarks/compare.py --pg-bin /usr/lib/postgresql/15/bin \\
+        --workloads io,io-sync --systems jobrun,pgqueuer                      # I/O-bound jobs
 
 One PostgreSQL cluster (fsync on) for everything; every run gets a fresh database (created,
 its schema installed by the system's own tool, dropped after). Within each repeat the
@@ -20,6 +22,22 @@ Workloads (--workloads):
            (jobrun: status succeeded; pgqueuer: queue table empty; procrastinate: status
            succeeded; Celery: a handler stamp per job, polled every 50 ms).
   cpu      the same with --cpu-jobs (default 2,000) jobs of 5 ms pure-Python CPU each.
+  io       the same with --io-jobs (default 10,000) jobs whose ``async def`` handler awaits
+           asyncio.sleep(--io-ms, default 100 ms): jobs that only wait, as HTTP calls do.
+           jobrun runs them with --jobrun-io variants CxSLOTS (default 2x500: -c 2 --slots
+           500; an async handler shares a child by default). pgqueuer runs them in one process
+           with --pgqueuer-io variants PROCSxBATCH (default 1x10, its library default, and
+           1x100): its per-entrypoint concurrency_limit and its max_concurrent_tasks are left
+           unlimited (their defaults), so one process keeps every job it dequeued in flight,
+           and batch_size (jobs a dequeue, and completions a log flush) is the knob that
+           remains. procrastinate and Celery are not run (a printed note says so).
+  io-sync  the same with a plain handler that calls time.sleep(--io-ms): jobrun declares it
+           thread-safe (@app.task(slots=True)), so it runs on each child's thread pool.
+           pgqueuer 1.x refuses plain entrypoints; its documented way for blocking code is
+           ``await asyncio.to_thread(fn, job)``, run here on a default executor of
+           --pgqueuer-threads threads (default 1,000, as many as jobrun's 2x500; Python's
+           own default would be min(32, cores + 4)).
+           The summary prints jobrun / pgqueuer (best variant of each) per drain workload.
   latency  open loop at each --rates (default 200,1000 jobs/s) for --seconds: job i is
            enqueued at t0 + i/rate by --producer-procs processes (default 1) of --producers
            threads/tasks each (one connection each, one enqueue per job; Celery: one); enqueue-to-start and enqueue-to-finish
@@ -304,7 +322,8 @@ class System:
     def enqueue(self, run: "Run", n: int, task: str) -> float:
         res = run_tool(self.driver() + ["enqueue", "--n", str(n), "--task", task,
                                         "--chunk", str(self.cmp.args.chunk),
-                                        "--cpu-ms", str(self.cmp.args.cpu_ms)], self.env(run))
+                                        "--cpu-ms", str(self.cmp.args.cpu_ms),
+                                        "--io-ms", str(self.cmp.args.io_ms)], self.env(run))
         return res["seconds"]
     def start(self, run: "Run", variant: dict[str, Any]) -> list[Any]: ...
     def wait_ready(self, run: "Run", workers: list[Any]) -> None: ...
@@ -337,7 +356,7 @@ class Jobrun(System):
         return f"{getattr(jobrun, '__version__', '?')} ({describe_code()})"
 
     def variant_label(self, v: dict[str, Any]) -> str:
-        return f"jobrun -c {v['c']}"
+        return f"jobrun -c {v['c']}" + (f" --slots {v['slots']}" if v.get("slots") else "")
 
     def driver(self) -> list[str]:
         return [sys.executable, str(PEERS / "jobrun_app.py")]
@@ -346,7 +365,8 @@ class Jobrun(System):
         res = run_tool(self.driver() + ["enqueue", "--dsn", run.dsn, "--schema", JOBRUN_SCHEMA,
                                         "--n", str(n), "--task", task, "--chunk",
                                         str(self.cmp.args.chunk), "--cpu-ms",
-                                        str(self.cmp.args.cpu_ms)], self.env(run))
+                                        str(self.cmp.args.cpu_ms), "--io-ms",
+                                        str(self.cmp.args.io_ms)], self.env(run))
         return res["seconds"]
 
     def produce_cmd(self, run: "Run", rate: float, seconds: float, producers: int) -> list[str]:
@@ -360,8 +380,9 @@ class Jobrun(System):
 
     def start(self, run: "Run", variant: dict[str, Any]) -> list[Any]:
         os.environ["BENCH_STAMP_DIR"] = str(run.stamp_dir)  # MasterProc copies the environment
+        extra = ["--slots", str(variant["slots"])] if variant.get("slots") else []
         master = MasterProc(run.dsn, JOBRUN_SCHEMA, variant["c"], app="benchmarks.peers.jobrun_app",
-                            verbose=self.cmp.args.verbose)
+                            extra=extra, verbose=self.cmp.args.verbose)
         master.start()
         return [master]
 
@@ -404,7 +425,8 @@ class PgQueuer(System):
     name = "pgqueuer"
 
     def variant_label(self, v: dict[str, Any]) -> str:
-        return f"pgqueuer {v['procs']}x batch {v['batch']}"
+        threads = f", {v['threads']} threads" if v.get("threads") else ""
+        return f"pgqueuer {v['procs']}x batch {v['batch']}{threads}"
 
     def install(self, run: "Run") -> None:
         out = subprocess.run([str(VENVS / self.name / "bin" / "pgq"), "install"], env=self.env(run),
@@ -413,8 +435,9 @@ class PgQueuer(System):
             raise RuntimeError(f"pgq install failed:\n{out.stdout}\n{out.stderr}")
 
     def start(self, run: "Run", variant: dict[str, Any]) -> list[Any]:
-        return [Proc(self.driver() + ["worker", "--batch-size", str(variant["batch"])],
-                     self.env(run), run.dir / f"pgqueuer-{k}.log") for k in range(variant["procs"])]
+        cmd = self.driver() + ["worker", "--batch-size", str(variant["batch"]),
+                               "--threads", str(variant.get("threads", 0))]
+        return [Proc(cmd, self.env(run), run.dir / f"pgqueuer-{k}.log") for k in range(variant["procs"])]
 
     def done(self, run: "Run", conn: psycopg.Connection, n: int) -> int:
         left = conn.execute("SELECT count(*) FROM pgqueuer").fetchone()[0]
@@ -493,6 +516,7 @@ class Celery(System):
 
 
 SYSTEMS = {"jobrun": Jobrun, "pgqueuer": PgQueuer, "procrastinate": Procrastinate, "celery": Celery}
+DRAINS = ("noop", "cpu", "io", "io-sync")  # workloads that drain a backlog
 
 
 # --- one run --------------------------------------------------------------------------------
@@ -552,6 +576,10 @@ class Compare:
         if not self.args.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def size(self, kind: str) -> int:
+        """The backlog a drain workload starts from."""
+        return {"noop": self.args.jobs, "cpu": self.args.cpu_jobs}.get(kind, self.args.io_jobs)
+
     def record(self, **fields: Any) -> dict[str, Any]:
         self.results.append(fields)
         return fields
@@ -610,8 +638,8 @@ class Compare:
             res = self.record(kind=task, system=system.name, variant=label, rep=rep, n=n,
                               rate=n / span, handler_rate=len(stamps) / handler_span if handler_span else None,
                               seconds=span, enqueue_s=enqueue_s, enqueue_rate=run_n(n, enqueue_s),
-                              cores=cores, partial=n < (self.args.jobs if task == "noop" else self.args.cpu_jobs))
-            print(f"  {task:<5} {label:<36} {res['rate']:8,.0f} jobs/s ({span:.2f}s for {n:,});"
+                              cores=cores, partial=n < self.size(task))
+            print(f"  {task:<7} {label:<36} {res['rate']:8,.0f} jobs/s ({span:.2f}s for {n:,});"
                   f" bulk enqueue {res['enqueue_rate']:8,.0f} jobs/s; cores busy: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()), flush=True)
             if self.bench.pgss and system.name != "celery":
@@ -814,9 +842,13 @@ def parse_variants(text: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
         part = part.strip()
         if not part:
             continue
-        values = [int(v) for v in part.split("x")]
-        if len(values) != len(keys):
-            raise argparse.ArgumentTypeError(f"{part!r}: expected {'x'.join(keys)}")
+        try:
+            values = [int(v) for v in part.split("x")]
+        except ValueError:
+            values = []
+        if len(values) != len(keys) or min(values) < 1:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: expected {'x'.join(k.upper() for k in keys)}, positive integers")
         out.append(dict(zip(keys, values)))
     return out
 
@@ -830,6 +862,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=20000, help="noop drain size")
     parser.add_argument("--cpu-jobs", type=int, default=2000, help="cpu drain size")
     parser.add_argument("--cpu-ms", type=float, default=5.0)
+    parser.add_argument("--io-jobs", type=int, default=10000, help="io and io-sync drain size")
+    parser.add_argument("--io-ms", type=float, default=100.0, help="io, io-sync: each job's wait")
     parser.add_argument("--chunk", type=int, default=5000, help="bulk enqueue chunk")
     parser.add_argument("--rates", default="200,1000")
     parser.add_argument("--seconds", type=float, default=15.0, help="latency run length")
@@ -849,7 +883,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobrun-c", default="4,16", help="jobrun -c values for the drains")
     parser.add_argument("--jobrun-cpu-c", default="2,4")
     parser.add_argument("--jobrun-lat-c", default="4,16", help="jobrun -c values for latency")
+    parser.add_argument("--jobrun-io", default="2x500",
+                        help="io, io-sync: jobrun CxSLOTS variants (2x500: -c 2 --slots 500)")
     parser.add_argument("--pgqueuer", default="1x10,2x10", help="PROCSxBATCH variants for the drains")
+    parser.add_argument("--pgqueuer-io", default="1x10,1x100", help="io, io-sync: PROCSxBATCH")
+    parser.add_argument("--pgqueuer-threads", type=int, default=1000,
+                        help="io-sync: threads of pgqueuer's default executor (asyncio.to_thread)")
     parser.add_argument("--pgqueuer-cpu", default="1x10,2x10")
     parser.add_argument("--pgqueuer-lat", default="1x10")
     parser.add_argument("--procrastinate", default="1x10,2x10", help="PROCSxCONCURRENCY variants")
@@ -870,21 +909,33 @@ def main(argv: list[str] | None = None) -> int:
     systems_wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    unknown = [n for n in systems_wanted if n not in SYSTEMS] + [
+        w for w in workloads if w not in (*DRAINS, "latency")]
+    if unknown:
+        parser.error(f"unknown system or workload: {', '.join(unknown)}")
 
-    variants = {
-        "noop": {"jobrun": parse_variants(args.jobrun_c, ("c",)),
-                 "pgqueuer": parse_variants(args.pgqueuer, ("procs", "batch")),
-                 "procrastinate": parse_variants(args.procrastinate, ("procs", "conc")),
-                 "celery": parse_variants(args.celery_c, ("c",))},
-        "cpu": {"jobrun": parse_variants(args.jobrun_cpu_c, ("c",)),
-                "pgqueuer": parse_variants(args.pgqueuer_cpu, ("procs", "batch")),
-                "procrastinate": parse_variants(args.procrastinate_cpu, ("procs", "conc")),
-                "celery": parse_variants(args.celery_cpu_c, ("c",))},
-        "latency": {"jobrun": parse_variants(args.jobrun_lat_c, ("c",)),
-                    "pgqueuer": parse_variants(args.pgqueuer_lat, ("procs", "batch")),
-                    "procrastinate": parse_variants(args.procrastinate_lat, ("procs", "conc")),
-                    "celery": parse_variants(args.celery_lat_c, ("c",))},
-    }
+    try:
+        variants = {
+            "noop": {"jobrun": parse_variants(args.jobrun_c, ("c",)),
+                     "pgqueuer": parse_variants(args.pgqueuer, ("procs", "batch")),
+                     "procrastinate": parse_variants(args.procrastinate, ("procs", "conc")),
+                     "celery": parse_variants(args.celery_c, ("c",))},
+            "cpu": {"jobrun": parse_variants(args.jobrun_cpu_c, ("c",)),
+                    "pgqueuer": parse_variants(args.pgqueuer_cpu, ("procs", "batch")),
+                    "procrastinate": parse_variants(args.procrastinate_cpu, ("procs", "conc")),
+                    "celery": parse_variants(args.celery_cpu_c, ("c",))},
+            "latency": {"jobrun": parse_variants(args.jobrun_lat_c, ("c",)),
+                        "pgqueuer": parse_variants(args.pgqueuer_lat, ("procs", "batch")),
+                        "procrastinate": parse_variants(args.procrastinate_lat, ("procs", "conc")),
+                        "celery": parse_variants(args.celery_lat_c, ("c",))},
+            "io": {"jobrun": parse_variants(args.jobrun_io, ("c", "slots")),
+                   "pgqueuer": parse_variants(args.pgqueuer_io, ("procs", "batch"))},
+        }
+        variants["io-sync"] = {"jobrun": variants["io"]["jobrun"],
+                               "pgqueuer": [dict(v, threads=args.pgqueuer_threads)
+                                            for v in variants["io"]["pgqueuer"]]}
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
 
     begun = time.monotonic()
     with Bench(args) as bench:
@@ -914,13 +965,17 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(1, args.repeat + 1):
                 print(f"\n== repeat {rep} of {args.repeat}", flush=True)
                 for workload in workloads:
-                    if workload in ("noop", "cpu"):
-                        n = args.jobs if workload == "noop" else args.cpu_jobs
+                    if workload in DRAINS:
+                        n = cmp.size(workload)
+                        here = [s for s in systems if s.name in variants[workload]]
+                        if rep == 1 and len(here) < len(systems):
+                            print(f"  ({workload}: jobrun and pgqueuer only; not run for "
+                                  + ", ".join(s.name for s in systems if s not in here) + ")")
                         # alternate: jobrun, peer, jobrun, peer... over the variant lists
                         queue = []
-                        longest = max(len(variants[workload][s.name]) for s in systems)
+                        longest = max((len(variants[workload][s.name]) for s in here), default=0)
                         for k in range(longest):
-                            for s in systems:
+                            for s in here:
                                 vs = variants[workload][s.name]
                                 if k < len(vs):
                                     queue.append((s, vs[k]))
@@ -954,7 +1009,8 @@ def main(argv: list[str] | None = None) -> int:
 def summarize(cmp: Compare, systems: list[System], args: argparse.Namespace) -> None:
     results = cmp.results
     print(f"\n==== summary: medians over {args.repeat} repeat(s)")
-    for kind in ("noop", "cpu"):
+    ratios = []
+    for kind in DRAINS:
         rows = [r for r in results if r["kind"] == kind]
         if not rows:
             continue
@@ -972,11 +1028,19 @@ def summarize(cmp: Compare, systems: list[System], args: argparse.Namespace) -> 
                           median([x["cores"].get("postgres", 0.0) for x in runs]),
                           (best_jobrun / rate) if best_jobrun and runs[0]["system"] != "jobrun" else None,
                           "partial" if any(x["partial"] for x in runs) else ""])
-        n = args.jobs if kind == "noop" else args.cpu_jobs
-        what = "noop" if kind == "noop" else f"{args.cpu_ms:g} ms CPU"
+        best_peer = max((median([x["rate"] for x in v]) for k, v in by_variant.items()
+                         if v[0]["system"] == "pgqueuer"), default=None)
+        if best_jobrun and best_peer:
+            ratios.append(f"{kind} {best_jobrun / best_peer:.2f}x")
+        n = cmp.size(kind)
+        what = {"noop": "noop", "cpu": f"{args.cpu_ms:g} ms CPU",
+                "io": f"{args.io_ms:g} ms asyncio.sleep",
+                "io-sync": f"{args.io_ms:g} ms time.sleep (thread-safe plain handler)"}[kind]
         print(f"\ndrain of {n:,} {what} jobs (jobs/s; ratio = best jobrun variant / this):")
         print_table(["system", "jobs/s", "min", "max", "bulk enqueue/s", "worker cores",
                      "postgres cores", "jobrun/this", "note"], table, digits=2)
+    if ratios:
+        print("\njobrun / pgqueuer, best variant of each: " + "; ".join(ratios))
     lat = [r for r in results if r["kind"] == "latency"]
     if lat:
         print("\nlatency, open loop (ms, medians over repeats of each percentile; from the"

@@ -5,7 +5,10 @@
     python benchmarks/peers/jobrun_app.py produce --dsn D --schema S --rate 1000 --seconds 15
 
 Tasks ``noop`` and ``cpu`` run peerlib.run_payload: the same body as every peer's handler
-(optional pure-Python CPU burn, then one stamp line). Bulk enqueue is Client.enqueue_many in
+(optional pure-Python CPU burn, then one stamp line). ``io`` is an ``async def`` handler that
+awaits ``asyncio.sleep`` (peerlib.run_payload_async): with ``--slots`` N it shares a child, as
+every async handler does. ``io-sync`` is a plain handler that calls ``time.sleep``, declared
+thread-safe (``slots=True``): with ``--slots`` N it runs on the child's thread pool. Bulk enqueue is Client.enqueue_many in
 chunks (one statement each); the open-loop producer calls Client.enqueue once per job (its own
 transaction), one connection per producer thread; with ``--client async``, AsyncClient.enqueue
 from asyncio tasks on uvloop, one client (connection) per task: the shape of pgqueuer's
@@ -39,12 +42,23 @@ def cpu(job: jobrun.Job):
     peerlib.run_payload(job.payload, job.id)
 
 
+@app.task("io")
+async def io(job: jobrun.Job):
+    await peerlib.run_payload_async(job.payload, job.id)
+
+
+@app.task("io-sync", slots=True)
+def io_sync(job: jobrun.Job):
+    peerlib.run_payload(job.payload, job.id)
+
+
 def cmd_enqueue(args: argparse.Namespace) -> None:
     with jobrun.Client(args.dsn, schema=args.schema) as client:
         client.stats()  # opens the connection; not timed
         began = time.perf_counter()
         for start, count in peerlib.chunks(args.n, args.chunk):
-            client.enqueue_many([(args.task, peerlib.payload_for(args.task, i, args.cpu_ms))
+            client.enqueue_many([(args.task, peerlib.payload_for(args.task, i, args.cpu_ms,
+                                                                 io_ms=args.io_ms))
                                  for i in range(start, start + count)])
         seconds = time.perf_counter() - began
     print("RESULT " + json.dumps({"seconds": seconds, "n": args.n}), flush=True)

@@ -58,12 +58,26 @@ def burn_cpu(ms: float) -> None:
 
 
 def run_payload(payload: dict | None, sysid: Any = 0) -> None:
-    """The body every handler runs: optional CPU burn, then a stamp."""
+    """The body every plain handler runs: optional CPU burn, or a blocking wait of
+    ``io_ms`` (``time.sleep``: the ``io-sync`` workload's stand-in for a blocking HTTP call),
+    then a stamp."""
     t_start = time.time()
     payload = payload or {}
     ms = payload.get("ms")
     if ms:
         burn_cpu(float(ms))
+    io_ms = payload.get("io_ms")
+    if io_ms:
+        time.sleep(float(io_ms) / 1000.0)
+    stamp(payload.get("i", 0), sysid, payload.get("t"), t_start, time.time())
+
+
+async def run_payload_async(payload: dict | None, sysid: Any = 0) -> None:
+    """The body every ``async def`` handler of the ``io`` workload runs: ``await
+    asyncio.sleep`` for ``io_ms`` (an awaited HTTP call's stand-in), then a stamp."""
+    t_start = time.time()
+    payload = payload or {}
+    await asyncio.sleep(float(payload.get("io_ms", 0)) / 1000.0)
     stamp(payload.get("i", 0), sysid, payload.get("t"), t_start, time.time())
 
 
@@ -199,10 +213,16 @@ def chunks(n: int, size: int):
         start += size
 
 
-def payload_for(task: str, i: int, cpu_ms: float, t_enq: float | None = None) -> dict:
+IO_TASKS = ("io", "io-sync")  # awaited and blocking waits of --io-ms
+
+
+def payload_for(task: str, i: int, cpu_ms: float, t_enq: float | None = None,
+                io_ms: float = 100.0) -> dict:
     body: dict[str, Any] = {"i": i}
     if task == "cpu":
         body["ms"] = cpu_ms
+    elif task in IO_TASKS:
+        body["io_ms"] = io_ms
     if t_enq is not None:
         body["t"] = round(t_enq, 6)
     return body
@@ -220,6 +240,7 @@ def driver_parser(producers: int, extra: Callable[[argparse.ArgumentParser], Non
             extra(p)
         p.add_argument("--task", default="noop")
         p.add_argument("--cpu-ms", type=float, default=5.0)
+        p.add_argument("--io-ms", type=float, default=100.0, help="io, io-sync: the wait of each job")
         p.add_argument("--n", type=int, default=20000)
         p.add_argument("--chunk", type=int, default=5000)
         p.add_argument("--rate", type=float, default=200.0)

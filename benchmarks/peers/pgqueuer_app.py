@@ -13,13 +13,19 @@ an enum is expected: AttributeError: 'str' object has no attribute 'name'.) Entr
 be ``async def`` in pgqueuer 1.x; the handlers run peerlib.run_payload inline, so a ``cpu``
 job holds the event loop for its 5 ms, exactly as any CPU-bound async handler does (pgqueuer
 has no process pool: to use more cores one runs more ``pgq run`` processes, which compare.py
-also measures). Bulk enqueue is ``Queries.enqueue`` with lists (one statement per chunk); the
+also measures). ``io`` awaits ``asyncio.sleep`` (peerlib.run_payload_async). ``io-sync`` is
+the blocking body (``time.sleep``) the way pgqueuer 1.x documents for blocking code, since it
+refuses plain entrypoints: ``async def entry(job): await asyncio.to_thread(blocking, job)``.
+``to_thread`` runs on the loop's default executor, which Python sizes min(32, cores + 4);
+``worker --threads N`` replaces it with a pool of N threads, as a user with blocking I/O
+would. Bulk enqueue is ``Queries.enqueue`` with lists (one statement per chunk); the
 open-loop producer calls ``Queries.enqueue`` once per job on its own asyncpg connection.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -51,14 +57,23 @@ async def create():
     async def cpu(job: Job) -> None:
         peerlib.run_payload(json.loads(job.payload) if job.payload else None, job.id)
 
+    @pgq.entrypoint("io")
+    async def io(job: Job) -> None:
+        await peerlib.run_payload_async(json.loads(job.payload) if job.payload else None, job.id)
+
+    @pgq.entrypoint("io-sync")
+    async def io_sync(job: Job) -> None:
+        await asyncio.to_thread(peerlib.run_payload,
+                                json.loads(job.payload) if job.payload else None, job.id)
+
     try:
         yield pgq
     finally:
         await conn.close()
 
 
-def _body(task: str, i: int, cpu_ms: float, t: float | None = None) -> bytes:
-    return json.dumps(peerlib.payload_for(task, i, cpu_ms, t)).encode()
+def _body(task: str, i: int, cpu_ms: float, t: float | None = None, io_ms: float = 100.0) -> bytes:
+    return json.dumps(peerlib.payload_for(task, i, cpu_ms, t, io_ms)).encode()
 
 
 async def cmd_enqueue(args: argparse.Namespace) -> None:
@@ -69,7 +84,8 @@ async def cmd_enqueue(args: argparse.Namespace) -> None:
         began = time.perf_counter()
         for start, count in peerlib.chunks(args.n, args.chunk):
             await q.enqueue([args.task] * count,
-                            [_body(args.task, i, args.cpu_ms) for i in range(start, start + count)],
+                            [_body(args.task, i, args.cpu_ms, io_ms=args.io_ms)
+                             for i in range(start, start + count)],
                             [0] * count)
         seconds = time.perf_counter() - began
     finally:
@@ -99,8 +115,11 @@ async def cmd_produce(args: argparse.Namespace) -> None:
 
 async def cmd_worker(args: argparse.Namespace) -> None:
     import pgqueuer
+    from concurrent.futures import ThreadPoolExecutor
     from datetime import timedelta
 
+    if args.threads:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=args.threads))
     await pgqueuer.run(create, batch_size=args.batch_size,
                        dequeue_timeout=timedelta(seconds=args.dequeue_timeout),
                        max_concurrent_tasks=args.max_concurrent_tasks)
@@ -115,6 +134,8 @@ def main() -> None:
     w.add_argument("--batch-size", type=int, default=10)
     w.add_argument("--dequeue-timeout", type=float, default=30.0)
     w.add_argument("--max-concurrent-tasks", type=int, default=None)
+    w.add_argument("--threads", type=int, default=0,
+                   help="the loop's default executor (asyncio.to_thread) gets this many threads")
     args = parser.parse_args()
     import uvloop
 
