@@ -67,8 +67,8 @@ def named_by_code() -> dict[str, set[str]]:
     uses: dict[str, set[str]] = {}
     for top in SOURCES:
         for path in sorted((REPO / top).rglob("*.py")):
-            if path == LOADER:
-                continue
+            if path == LOADER or any(part.startswith(".venv") for part in path.parts):
+                continue  # (benchmarks/.venv-peers: the peers' own code, not ours)
             for name in names_in(path.read_text()):
                 uses.setdefault(name, set()).add(str(path.relative_to(REPO)))
     for name in roles.BLOCKS:  # run by getattr(q, block) over this list
