@@ -16,6 +16,9 @@ child -> master: {"t": "ready", "pid", "rss", "tasks": {name: config}}
                  ("recorded": a transactional handler's child wrote the outcome itself;
                   "took": the run's seconds, as the child measured them; results of jobs
                   run back to back may come in one write)
+                 {"t": "done", "id": [...], "token": [...], "took": [...], "result": [...]}
+                                                   plain successes (nothing logged, no recycle),
+                                                   in the order they ended: one frame for many
                  {"t": "alive"}                    while a job runs, every --alive-interval
 """
 

@@ -100,7 +100,7 @@ class ChildRuntime:
         self.effects: EffectRunner | None = None
         self.capture = capture or LogCapture(capture_print=app.capture_print)
         self._took: dict[str, float] = {}  # recent run time per task, seconds
-        self._held: list[bytes] = []  # encoded results not sent yet
+        self._held: list[dict[str, Any]] = []  # results not sent yet
         self._held_since = 0.0
 
     # --- signals: raised into the running handler -----------------------------------------
@@ -158,12 +158,12 @@ class ChildRuntime:
             self.sock.sendall(frame)
 
     def hold(self, result: dict[str, Any]) -> None:
-        """Keep a result frame to send with the next ``flush``."""
-        self._held.append(encode_result(result))
+        """Keep a result to send with the next ``flush``."""
+        self._held.append(result)
 
     def flush(self) -> None:
         if self._held:
-            data, self._held = b"".join(self._held), []
+            data, self._held = encode_results(self._held), []
             with self._send_lock:
                 self.sock.sendall(data)
 
@@ -223,7 +223,7 @@ class ChildRuntime:
                           took=round(done - started, 6))
             if not self._held:
                 self._held_since = done
-            self._held.append(encode_result(result))
+            self._held.append(result)
             if recycle:
                 self.flush()
                 return
@@ -312,6 +312,49 @@ class ChildRuntime:
         return self._loop
 
     app_spec = "?"
+
+
+# The fields of a plain success: results made only of these go in one "done" frame together.
+_PLAIN = frozenset(("t", "id", "token", "outcome", "result", "took", "rss", "recycle"))
+_BATCH_BYTES = 1 << 20  # a "done" frame's results: at most this much text
+
+
+def _plain(result: dict[str, Any]) -> bool:
+    return (result.get("outcome") == SUCCEEDED and not result.get("recycle")
+            and not result.get("rss") and result.keys() <= _PLAIN)
+
+
+def encode_results(results: list[dict[str, Any]]) -> bytes:
+    """Results for one write, in the order the jobs ended: runs of plain successes as one
+    "done" frame each (columns: one decode in the master for all of them, not one each),
+    any other result as its own frame (encode_result)."""
+    out: list[bytes] = []
+    run: list[dict[str, Any]] = []
+    size = 0
+
+    def close_run() -> None:
+        nonlocal size
+        if len(run) == 1:
+            out.append(encode_result(run[0]))
+        elif run:
+            out.append(protocol.encode({  # (results are valid UTF-8: validate.result)
+                "t": "done", "id": [r["id"] for r in run], "token": [r["token"] for r in run],
+                "took": [r.get("took") for r in run], "result": [r.get("result") for r in run]}))
+        run.clear()
+        size = 0
+
+    for result in results:
+        if _plain(result):
+            text = result.get("result")
+            size += len(text) if isinstance(text, str) else 0
+            run.append(result)
+            if size >= _BATCH_BYTES:
+                close_run()
+        else:
+            close_run()
+            out.append(encode_result(result))
+    close_run()
+    return b"".join(out)
 
 
 # Text fields of a result that hold what the handler wrote (messages, logs, tracebacks).

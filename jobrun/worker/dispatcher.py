@@ -212,6 +212,11 @@ class Dispatcher(Service):
             self._on_ready(child, frame)
         elif kind == "result":
             self._on_result(child, frame)
+        elif kind == "done":
+            for job_id, token, took, result in zip(frame["id"], frame["token"], frame["took"],
+                                                   frame["result"]):
+                self._on_result(child, {"id": job_id, "token": token, "outcome": "succeeded",
+                                        "took": took, "result": result})
         else:
             event(log, logging.ERROR, "child.protocol_error", child=child.index, frame=kind)
 

@@ -390,7 +390,8 @@ def test_a_job_released_at_every_stop_ends_dead_at_its_bound(master, client, db)
     forever)."""
     job_id = client.enqueue("sleep", 30, max_attempts=2).job.id
     for stop in (1, 2):
-        m = master("-c", "1", "--grace", "0.5", "--lease-ttl", "60", ready=1)
+        m = master("-c", "1", "--grace", "0.5", "--lease-ttl", "60")
+        m.wait_ready()  # (not for an idle child: the queued job may keep it busy at once)
         db.wait_status(job_id, statuses=("leased",), timeout=10)
         m.signal(signal.SIGTERM)
         assert m.wait(15) == 0
