@@ -35,7 +35,7 @@ class ChildState(enum.Enum):
     EXITED = "exited"
 
 
-@dataclass
+@dataclass(slots=True)
 class Inflight:
     """A job handed to a child: what the master needs to record its outcome."""
 

@@ -27,7 +27,7 @@ from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.logs import event
 from jobrun.policy import (
-    DEFAULT_RETRY, RELEASED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
+    DEFAULT_RETRY, RELEASED, SUCCEEDED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
     heartbeat_period,
     max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
 )
@@ -42,6 +42,7 @@ from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import Metrics
 from jobrun.worker.child import Child, Inflight
 from jobrun.worker.supervisor import Supervisor
+from jobrun.worker.tally import JobTally
 
 log = logging.getLogger("jobrun.master")
 S = ChildState
@@ -79,8 +80,7 @@ class Dispatcher(Service):
         self.outcomes: Counter[str] = Counter()
         # Recent run time per task (seconds, moving average): see policy.prefetch.
         self.runtime: dict[str, float] = {}
-        self._job_counters: dict[tuple[str, str, str], Any] = {}
-        self._durations: dict[tuple[str, str], Any] = {}
+        self.tally = JobTally(metrics)
         self._early_deaths = 0
         self._free_indexes: list[int] = []
         self._next_index = 1
@@ -392,6 +392,12 @@ class Dispatcher(Service):
 
     def settle(self, job: Inflight, outcome: str, info: dict[str, Any], child_index: int,
                crashed: int = 0) -> None:
+        if outcome == SUCCEEDED:  # most of them: nothing to decide, no limit to record
+            self._observe(job, outcome, ran=job.dispatched > 0, took=info.get("took"))
+            self.submit(Completion(job.id, job.token, SUCCEEDED, SUCCEEDED, 0.0, None, None,
+                                   info.get("result"), child_index, 0, info.get("log"), 0,
+                                   job.queue, None, job.traceparent))
+            return
         cfg = self.tasks.get(job.task, {})
         fate = decide(outcome, attempts=job.attempts,
                       max_attempts=max_attempts_for(job.max_attempts, cfg.get("max_attempts")),
@@ -419,19 +425,11 @@ class Dispatcher(Service):
         send the results of jobs it ran back to back together, so the time between results
         says little about each."""
         self.outcomes[outcome] += 1
-        # Labelled children are cached: labels() costs more than the increment itself.
-        key = (job.queue, job.task, outcome)
-        counter = self._job_counters.get(key)
-        if counter is None:
-            counter = self._job_counters[key] = self.metrics.jobs.labels(*key)
-        counter.inc()
+        self.tally.count(job.queue, job.task, outcome)  # (worker/tally.py: once a loop turn)
         if ran:
-            histogram = self._durations.get(key[:2])
-            if histogram is None:
-                histogram = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
             if not isinstance(took, (int, float)) or not 0 <= took < math.inf:
                 took = time.monotonic() - job.dispatched
-            histogram.observe(took)
+            self.tally.duration(job.queue, job.task, took)
             self.runtime[job.task] = run_time_average(self.runtime.get(job.task), took)
 
     # --- exits ----------------------------------------------------------------------------

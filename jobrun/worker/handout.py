@@ -238,24 +238,30 @@ class HandOut:
               claimed: float, within_budget: bool) -> None:
         """Hand rows (popped from the end) to the takers holding fewest, while they can take:
         below their cap, holding only short jobs and, if ``within_budget``, less work than
-        --prefetch-max-runtime. Each taker's held work is summed once and then kept up as
-        rows are assigned (not summed again over everything it holds for every row)."""
-        work: dict[Child, float] = {}
+        --prefetch-max-runtime (policy.prefetch.headroom). Each taker's held work is summed
+        once and then kept up as rows are assigned (not summed again over everything it holds
+        for every row): this runs for every job handed ahead."""
+        runtime = self.dispatcher.runtime
+        limit = self.settings.prefetch_max_runtime  # a longer task is never handed ahead
+        budget = limit if within_budget else math.inf
+        room: dict[Child, list] = {}  # child -> [jobs held, cap, seconds of work held]
         for child in takers:
-            held = self._held_work(child)
-            if self._room_left(child, held, within_budget) is not None:
-                work[child] = held
-        while rows and work:
-            child = min(work, key=Child.held)
+            work, held, cap = self._held_work(child), child.held(), self._cap(child)
+            if prefetch.headroom(held, cap, work, budget) is not None:
+                room[child] = [held, cap, work]
+        while rows and room:
+            child = min(room, key=lambda c: room[c][0])
             row = rows.pop()
             self._assign(child, row, batches, claimed)
-            took = prefetch.backlog((row["task"],), self.dispatcher.runtime,
-                                    self.settings.prefetch_max_runtime)
-            held = None if took is None else work[child] + took
-            if self._room_left(child, held, within_budget) is not None:
-                work[child] = held
-            else:
-                del work[child]
+            took = runtime.get(row["task"])
+            entry = room[child]
+            if took is None or took >= limit:
+                del room[child]  # it now holds a job that may be long
+                continue
+            entry[0] += 1
+            entry[2] += took
+            if entry[0] >= entry[1] or entry[2] >= budget:
+                del room[child]
 
     def _assign(self, child: Child, row: dict[str, Any], batches: Batch, claimed: float) -> None:
         job = Inflight(id=row["id"], token=row["lease_token"], task=row["task"], queue=row["queue"],
