@@ -50,11 +50,12 @@ CREATE TABLE {schema}.job_events (
     actor       text,                -- jobrun.actor of the transaction, else the role
     outcome     text,                -- the outcome of the attempt the change ended
     detail      jsonb,               -- run_at and delay of a retry, an error's first 200 chars
-    PRIMARY KEY (job_id, seq)
+    -- The events stream reads what came after the last event it saw (seq > mark); new keys
+    -- go to the right edge of the index, its cheapest insert.
+    PRIMARY KEY (seq)
 ) WITH (autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 50000);
--- The events stream reads what came after the last event it saw (seq > mark): a BRIN index
--- costs next to nothing on insert, and new rows go to the end of the table.
-CREATE INDEX job_events_seq ON {schema}.job_events USING brin (seq);
+-- A job's events in order (get --events) and the purge's delete of them.
+CREATE INDEX job_events_job ON {schema}.job_events (job_id, seq);
 
 -- What one change of a job was (NULL: nothing to record); jobrun.events.kind in Python.
 CREATE FUNCTION {schema}.event_kind(old_status text, new_status text, outcome text,
