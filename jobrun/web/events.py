@@ -34,7 +34,9 @@ Events: ``snapshot`` (the first frame, on connect), ``summary`` (a changed frame
 A stream that names ``job``, ``queue`` or ``kind`` (each repeatable), or ``jobs=true`` (every
 job), also gets ``job``: one per recorded transition it matches (``{"seq", "job_id", "queue",
 "task", "at", "kind", "status", ...}``), and ``job_gap`` (``{"dropped": n}``) when it missed
-some; how they are read and bounded: jobrun.web.job_feed.
+some. Such a stream's first frame comes after the first read of the log from its start: every
+transition that commits after the client has it is sent (bounds and the one exception:
+jobrun.web.job_feed).
 """
 
 from __future__ import annotations
@@ -159,6 +161,9 @@ class Summaries:
                 except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
+                if sub.jobs is not None and not sub.jobs.primed:
+                    sub.ready.clear()  # held until the job events are read from here on
+                    continue
                 frame = sub.take()
                 if frame is not None:
                     kind, data = frame
@@ -177,10 +182,9 @@ class Summaries:
 
     async def _poll(self) -> None:
         while self._subscribers:
+            moved = await self._tick_jobs()  # first: a stream's snapshot follows its start
             changed = await self._tick()
-            if await self._tick_jobs():
-                changed = True
-            await self.sleep(self.pause_after(changed))
+            await self.sleep(self.pause_after(changed or moved))
         self._last = self._last_key = None  # nobody listening: the next stream reads afresh
 
     async def _tick(self) -> bool:
@@ -220,9 +224,18 @@ class Summaries:
             rows, skipped = await asyncio.to_thread(self.fetch_events, self.reader)
         except Exception as exc:  # the summary's read says what broke; go on next tick
             event(log, logging.WARNING, "web.events.jobs_failed", error=repr(exc)[:200])
+            for sub in wanting:  # their frames are not held back by it
+                assert sub.jobs is not None
+                if not sub.jobs.primed:
+                    sub.jobs.primed = True
+                    sub.ready.set()
             return False
         for sub in wanting:
             assert sub.jobs is not None
+            if not sub.jobs.primed:  # it gets what came after this read, and its frames now
+                sub.jobs.primed = True
+                sub.ready.set()
+                continue
             sub.jobs.dropped += skipped
             for row in rows:
                 if sub.jobs.wanted.matches(row):

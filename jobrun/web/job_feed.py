@@ -51,6 +51,9 @@ class Pending:
         self.wanted = wanted
         self.events: deque[str] = deque(maxlen=size)
         self.dropped = 0
+        # False until the first read after the stream opened: until then the stream sends
+        # nothing, so that its first frame means every later transition will reach it.
+        self.primed = False
 
     def offer(self, data: str) -> None:
         if len(self.events) == self.events.maxlen:
