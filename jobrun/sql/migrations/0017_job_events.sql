@@ -6,7 +6,7 @@
 -- is covered without knowing of the log, and a new writer is too. They are statement-level
 -- with transition tables, so a claim of 50 jobs or a completion batch of 100 is one
 -- INSERT ... SELECT into job_events, not 100 calls. What a change was is read from the rows
--- alone (jobrun/events.py holds the same rule in Python, tests/unit/test_events.py checks
+-- alone (jobrun/events.py holds the same rule in Python, tests/db/test_job_events.py checks
 -- both agree):
 --   * an insert is `enqueued`;
 --   * a status that moves: to leased `claimed`, to succeeded / dead / cancelled that status,
