@@ -259,3 +259,54 @@ def test_the_shared_check_finds_a_story_that_does_not_hold(client, conn, db, sch
     # Once the mode is not all, the log is not expected to tell everything:
     client.set_events_mode("terminal")
     assert event_violations(db.conn, schema) == []
+
+
+class _Child:
+    """What the heartbeater signals: it records the signals."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+
+    def signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+
+def test_a_master_notes_the_leases_it_finds_lost(client, conn, db, schema, pg_dsn):
+    """The heartbeater whose renewal is refused and the completer whose outcome is refused each
+    write lease_lost: the job's row did not change, so no trigger could."""
+    import time
+
+    from jobrun.worker.completer import Completer, Completion
+    from jobrun.worker.heartbeat import Heartbeater, Lease
+
+    renewed, completed = (client.enqueue("t").job.id for _ in range(2))
+    token = {r["id"]: r["lease_token"] for r in lease(conn, schema, 2, OWNER)}
+    # Another master took both over (the reaper requeued them, a claim leased them again).
+    db.rows("UPDATE {s}.jobs SET lease_owner = 'other', lease_token = lease_token + 1"
+            " RETURNING id")
+    child = _Child()
+    hb = Heartbeater(pg_dsn, for_schema(schema), OWNER, 60.0,
+                     leases=lambda: [Lease(renewed, token[renewed], child, time.monotonic())],
+                     loop_alive=lambda period: True, on_fence=lambda lease, why: None)
+    try:
+        hb.tick(hb.clock())
+    finally:
+        hb._session.close()
+    assert hb.fenced_total == 1 and child.signals  # fenced, and noted:
+    noted = client.events(renewed)[-1]
+    assert (noted.kind, noted.owner, noted.lease_token) == ("lease_lost", OWNER, token[renewed])
+    assert noted.detail == {"reason": "renewal refused: the lease was lost"}
+
+    async def complete() -> None:
+        completer = Completer(pg_dsn, for_schema(schema), OWNER, "host", 1)
+        completer.start()
+        completer.submit(Completion(id=completed, token=token[completed], status="succeeded",
+                                    outcome="succeeded", result="null"))
+        assert await completer.drain(20)
+        await completer.stop()
+
+    asyncio.run(complete())
+    assert client.get(completed).status == "leased"  # refused
+    noted = client.events(completed)[-1]
+    assert (noted.kind, noted.owner) == ("lease_lost", OWNER)
+    assert noted.detail == {"reason": "outcome refused: the lease was lost"}
