@@ -200,9 +200,11 @@ def test_the_mode_keeps_all_terminal_or_none(client, conn, db, schema):
     assert kinds(db, other.id) == ["requeued"]
 
 
-def test_a_bad_mode_is_one_clear_line_and_changes_nothing(client):
+def test_a_bad_mode_is_one_clear_line_and_changes_nothing(client, db):
     with pytest.raises(InvalidInput, match="invalid events mode 'some': one of none, terminal, all"):
         client.set_events_mode("some")
+    with pytest.raises(psycopg.errors.CheckViolation, match="job_events_level"):
+        db.rows("INSERT INTO {s}.settings (name, value) VALUES ('job_events', 5) RETURNING name")
     assert client.events_mode() == "all"
 
 

@@ -78,6 +78,10 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         ELSE 'requeued' END
 $$;
 
+-- The knob's row holds one of the three levels, whoever writes it.
+ALTER TABLE {schema}.settings ADD CONSTRAINT job_events_level
+    CHECK (name <> 'job_events' OR value BETWEEN 0 AND 2);
+
 -- The knob as a level: 2 all, 1 terminal, 0 none.
 CREATE FUNCTION {schema}.job_events_level() RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
