@@ -90,7 +90,7 @@ class EventRecord:
     job_id: int
     seq: int
     at: datetime
-    kind: str
+    event: str                  # what happened: enqueued, claimed, retried, ... (events.KINDS)
     status: str                 # the job's status after it
     attempt: int | None = None  # the job's attempts after it
     lease_token: int | None = None

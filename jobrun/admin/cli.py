@@ -171,7 +171,7 @@ def get(ctx: typer.Context, job_id: JobId,
         emit({**out, "events": [e.to_dict() for e in found]})
         return
     table(["seq", "at", "event", "status", "attempt", "owner", "actor", "outcome", "detail"],
-          [[e.seq, e.at.isoformat(timespec="milliseconds"), e.kind, e.status, e.attempt,
+          [[e.seq, e.at.isoformat(timespec="milliseconds"), e.event, e.status, e.attempt,
             e.owner, e.actor, e.outcome, _detail(e.detail)] for e in found],
           f"no events recorded for job {job_id} (jobrun events mode)")
 

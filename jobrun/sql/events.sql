@@ -4,7 +4,7 @@
 
 -- name: get_events
 -- The events of one job, oldest first; one row of NULL event columns when the job exists with none (no row: no such job).
-SELECT j.id AS job_id, e.seq, e.at, e.kind, e.status, e.attempt, e.lease_token, e.owner,
+SELECT j.id AS job_id, e.seq, e.at, e.kind AS event, e.status, e.attempt, e.lease_token, e.owner,
        e.actor, e.outcome, e.detail
   FROM {schema}.jobs j
   LEFT JOIN {schema}.job_events e ON e.job_id = j.id
@@ -28,7 +28,7 @@ SELECT {schema}.note_lease_lost(%(ids)s::bigint[], %(tokens)s::bigint[], %(owner
 
 -- name: stream_events
 -- The events after `after` (seq), oldest first, at most `limit`, with each job's queue and task (a range of the BRIN index on seq).
-SELECT e.seq, e.job_id, e.at, e.kind, e.status, e.attempt, e.owner, e.actor, e.outcome,
+SELECT e.seq, e.job_id, e.at, e.kind AS event, e.status, e.attempt, e.owner, e.actor, e.outcome,
        e.detail, j.queue, j.task
   FROM {schema}.job_events e
   LEFT JOIN {schema}.jobs j ON j.id = e.job_id

@@ -31,9 +31,9 @@ Events: ``snapshot`` (the first frame, on connect), ``summary`` (a changed frame
 ``data`` is one JSON object: ``{"seq", "at", "queues", "masters", "stale_masters", "failures",
 "inflight"}`` as in :meth:`jobrun.observe.Snapshot.to_dict`.
 
-A stream that names ``job``, ``queue`` or ``kind`` (each repeatable), or ``jobs=true`` (every
+A stream that names ``job``, ``queue`` or ``event`` (each repeatable), or ``jobs=true`` (every
 job), also gets ``job``: one per recorded transition it matches (``{"seq", "job_id", "queue",
-"task", "at", "kind", "status", ...}``), and ``job_gap`` (``{"dropped": n}``) when it missed
+"task", "at", "event", "status", ...}``), and ``job_gap`` (``{"dropped": n}``) when it missed
 some. Such a stream's first frame comes after the first read of the log from its start: every
 transition that commits after the client has it is sent (bounds and the one exception:
 jobrun.web.job_feed).
@@ -258,11 +258,11 @@ class Summaries:
             self._task = None
 
 
-def job_filter(job: list[int], queue: list[str], kind: list[str],
+def job_filter(job: list[int], queue: list[str], event_: list[str],
                everything: bool) -> JobFilter | None:
     """The job events a stream asked for (None: none), its values checked: one clear line
     (a 422) for a bad one."""
-    if not (job or queue or kind or everything):
+    if not (job or queue or event_ or everything):
         return None
     if len(job) > job_feed.MAX_JOBS:
         raise ApiError("validation_failed", f"at most {job_feed.MAX_JOBS} job ids a stream",
@@ -275,11 +275,11 @@ def job_filter(job: list[int], queue: list[str], kind: list[str],
             validate.queue_name(name)
         except InvalidInput as exc:
             raise ApiError("validation_failed", str(exc), {"queue": "a queue name"}) from None
-    unknown = next((k for k in kind if k not in KINDS), None)
+    unknown = next((k for k in event_ if k not in KINDS), None)
     if unknown is not None:
-        raise ApiError("validation_failed", f"invalid kind {unknown[:40]!r}: one of"
-                       f" {', '.join(KINDS)}", {"kind": "an event kind"})
-    return JobFilter(frozenset(job), frozenset(queue), frozenset(kind))
+        raise ApiError("validation_failed", f"invalid event {unknown[:40]!r}: one of"
+                       f" {', '.join(KINDS)}", {"event": "an event's name"})
+    return JobFilter(frozenset(job), frozenset(queue), frozenset(event_))
 
 
 def install(app: Any, dsn: str, queries: Queries, interval: float = MIN_INTERVAL) -> Summaries:
@@ -289,8 +289,8 @@ def install(app: Any, dsn: str, queries: Queries, interval: float = MIN_INTERVAL
 
     async def events(job: Annotated[list[int], Query()] = [],
                      queue: Annotated[list[str], Query()] = [],
-                     kind: Annotated[list[str], Query()] = [], jobs: bool = False):
-        wanted = job_filter(job, queue, kind, jobs)
+                     event: Annotated[list[str], Query()] = [], jobs: bool = False):
+        wanted = job_filter(job, queue, event, jobs)
         return StreamingResponse(summaries.stream(wanted), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

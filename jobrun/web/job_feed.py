@@ -1,5 +1,5 @@
 """The ``event: job`` lines of the events stream: each recorded transition (migration 0017) a
-stream asked for, by job, queue or kind.
+stream asked for, by job, queue or event.
 
 The summary poller (jobrun.web.events) reads them too, on the same connection and the same
 clock, and only while a stream that asked for them is open: one read a tick for every such
@@ -32,16 +32,16 @@ MAX_JOBS = 100      # job ids one stream may name
 @dataclass(frozen=True)
 class JobFilter:
     """Which events one stream wants: those of any job in ``jobs``, queue in ``queues`` and
-    kind in ``kinds`` (an empty set does not filter), or every one with ``everything``."""
+    event in ``events`` (an empty set does not filter)."""
 
     jobs: frozenset[int] = frozenset()
     queues: frozenset[str] = frozenset()
-    kinds: frozenset[str] = frozenset()
+    events: frozenset[str] = frozenset()
 
     def matches(self, row: dict[str, Any]) -> bool:
         return ((not self.jobs or row["job_id"] in self.jobs)
                 and (not self.queues or row.get("queue") in self.queues)
-                and (not self.kinds or row["kind"] in self.kinds))
+                and (not self.events or row["event"] in self.events))
 
 
 class Pending:
@@ -68,7 +68,7 @@ class Pending:
 
 
 def event_text(row: dict[str, Any], plain: Callable[[Any], Any]) -> str:
-    return json.dumps({k: row[k] for k in ("seq", "job_id", "queue", "task", "at", "kind",
+    return json.dumps({k: row[k] for k in ("seq", "job_id", "queue", "task", "at", "event",
                                            "status", "attempt", "owner", "actor", "outcome",
                                            "detail") if k in row},
                       default=plain, separators=(",", ":"))

@@ -138,9 +138,9 @@ def test_a_dead_job_is_retried_and_succeeds(page, master, client, tmp_path):
     # Its timeline tells the whole story, the retry by the console's caller included.
     steps = page.locator("#timeline li")
     expect(steps).to_have_count(6)
-    assert [s.get_attribute("data-kind") for s in steps.all()] == [
+    assert [s.get_attribute("data-event") for s in steps.all()] == [
         "enqueued", "claimed", "dead", "requeued", "claimed", "succeeded"]
-    expect(page.locator("#timeline li[data-kind=requeued]")).to_contain_text("by api:127.0.0.1")
+    expect(page.locator("#timeline li[data-event=requeued]")).to_contain_text("by api:127.0.0.1")
     shot(page, tmp_path, "job-succeeded")
 
 

@@ -158,13 +158,13 @@ def test_a_job_s_timeline_follows_its_own_stream(page, client, tmp_path):
     page.reload()
     steps = page.locator("#timeline li")
     expect(steps).to_have_count(1)
-    expect(steps.first).to_have_attribute("data-kind", "enqueued")
+    expect(steps.first).to_have_attribute("data-event", "enqueued")
     expect(steps.first).to_contain_text("to run at")
     # Once the job's stream is live, the change below can reach the page only by its line.
     expect(page.locator("section.page-job")).to_have_attribute("data-job-stream", "live")
     client.cancel(job.id, actor="cli:tester@desk")
     expect(steps).to_have_count(2)
-    expect(page.locator("#timeline li[data-kind=cancelled]")).to_contain_text(
+    expect(page.locator("#timeline li[data-event=cancelled]")).to_contain_text(
         "cancelled by cli:tester@desk")
     expect(page.locator("#job-status")).to_contain_text("cancelled")
     expect(page.locator("#live")).not_to_have_text("live")  # the summary stream stayed cut

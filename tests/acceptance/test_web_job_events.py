@@ -26,7 +26,7 @@ def test_a_job_s_events_name_the_api_caller(api):
     r = api.get(f"/jobs/{job['id']}/events")
     assert r.status_code == 200, r.text
     found = r.json()
-    assert [(e["kind"], e["status"]) for e in found] == [
+    assert [(e["event"], e["status"]) for e in found] == [
         ("enqueued", "queued"), ("cancelled", "cancelled"), ("requeued", "queued")]
     assert [e["actor"] for e in found[1:]] == ["api:127.0.0.1"] * 2
     assert found[0]["seq"] < found[1]["seq"] < found[2]["seq"]
@@ -44,7 +44,7 @@ def test_the_openapi_document_describes_the_events(api):
     route = doc["paths"]["/api/v1/jobs/{job_id}/events"]["get"]
     assert "404" in route["responses"]
     fields = doc["components"]["schemas"]["EventRecord"]["properties"]
-    assert {"seq", "kind", "status", "actor", "owner", "outcome", "at"} <= set(fields)
+    assert {"seq", "event", "status", "actor", "owner", "outcome", "at"} <= set(fields)
 
 
 class JobStream:
@@ -91,17 +91,17 @@ def test_the_stream_sends_the_transitions_of_the_job_it_names(api, web):
         api.post(f"/jobs/{other}/cancel")
         api.post(f"/jobs/{mine}/cancel")
         api.post(f"/jobs/{mine}/retry")
-        seen = stream.jobs_until(lambda e: e["kind"] == "requeued")
+        seen = stream.jobs_until(lambda e: e["event"] == "requeued")
     finally:
         stream.close()
-    assert [(e["job_id"], e["kind"]) for e in seen] == [(mine, "cancelled"), (mine, "requeued")]
+    assert [(e["job_id"], e["event"]) for e in seen] == [(mine, "cancelled"), (mine, "requeued")]
     assert seen[0]["queue"] == "default" and seen[0]["task"] == "ev.watch"
     assert seen[0]["actor"] == "api:127.0.0.1"
 
 
-def test_the_stream_filters_by_queue_and_kind(api, web):
+def test_the_stream_filters_by_queue_and_event(api, web):
     assert api.post("/queues", json={"name": "evq"}).status_code == 201
-    stream = JobStream(web.base, "queue=evq&kind=cancelled")
+    stream = JobStream(web.base, "queue=evq&event=cancelled")
     try:
         assert stream.next()[0] == "snapshot"
         plain = api.post("/jobs", json={"task": "ev.q"}).json()["id"]
@@ -111,11 +111,11 @@ def test_the_stream_filters_by_queue_and_kind(api, web):
         seen = stream.jobs_until(lambda e: e["job_id"] == mine)
     finally:
         stream.close()
-    assert [(e["job_id"], e["kind"]) for e in seen] == [(mine, "cancelled")]
+    assert [(e["job_id"], e["event"]) for e in seen] == [(mine, "cancelled")]
 
 
 def test_a_bad_stream_filter_is_one_clear_answer(web):
-    for query, field in (("kind=bogus", "kind"), ("queue=bad%20name", "queue"),
+    for query, field in (("event=bogus", "event"), ("queue=bad%20name", "queue"),
                          ("job=0", "job"), ("&".join(f"job={i}" for i in range(1, 102)), "job")):
         r = httpx.get(web.base + "/api/v1/events?" + query, timeout=10)
         assert field in envelope(r, 422, "validation_failed")["fields"], query

@@ -54,7 +54,7 @@ def test_a_job_that_succeeds_records_enqueued_claimed_succeeded(client, conn, db
     [row] = lease(conn, schema, 1, OWNER)
     assert finish(conn, schema, [row], "succeeded", "succeeded") == [job.id]
     found = client.events(job.id)
-    assert [e.kind for e in found] == ["enqueued", "claimed", "succeeded"]
+    assert [e.event for e in found] == ["enqueued", "claimed", "succeeded"]
     assert [e.status for e in found] == ["queued", "leased", "succeeded"]
     assert found[1].owner == OWNER and found[1].attempt == 1 and found[1].lease_token == 1
     assert found[2].outcome == "succeeded" and found[2].owner == OWNER
@@ -104,18 +104,18 @@ def test_a_batch_of_100_completions_is_100_events_of_one_statement(client, conn,
 def test_cancel_names_its_caller_and_a_leased_cancel_is_asked_then_ends(client, conn, db, schema):
     queued = client.enqueue("t").job
     client.cancel(queued.id, actor="cli:ann@box")
-    assert [(e.kind, e.actor) for e in client.events(queued.id)][-1] == ("cancelled", "cli:ann@box")
+    assert [(e.event, e.actor) for e in client.events(queued.id)][-1] == ("cancelled", "cli:ann@box")
     running = client.enqueue("t").job
     [row] = lease(conn, schema, 1, OWNER)
     client.cancel(running.id)  # no actor: the database role
     role = conn.execute("SELECT session_user AS u").fetchone()["u"]
     asked = client.events(running.id)[-1]
-    assert (asked.kind, asked.status, asked.actor) == ("cancel_requested", "leased", role)
+    assert (asked.event, asked.status, asked.actor) == ("cancel_requested", "leased", role)
     finish(conn, schema, [row], "cancelled", "cancelled")
     assert kinds(db, running.id) == ["enqueued", "claimed", "cancel_requested", "cancelled"]
     again = client.retry(running.id, actor="api:10.0.0.1")
     last = client.events(again.id)[-1]
-    assert (last.kind, last.status, last.actor) == ("requeued", "queued", "api:10.0.0.1")
+    assert (last.event, last.status, last.actor) == ("requeued", "queued", "api:10.0.0.1")
 
 
 def test_a_bad_actor_is_one_clear_line_and_changes_nothing(client, db):
@@ -140,9 +140,9 @@ def test_the_reaper_records_reaped_and_dead_with_lease_expired(client, conn, db,
 
     assert asyncio.run(reap()) == 2
     reaped, dead = client.events(again.id)[-1], client.events(spent.id)[-1]
-    assert (reaped.kind, reaped.outcome, reaped.owner) == ("reaped", "lease_expired", OWNER)
+    assert (reaped.event, reaped.outcome, reaped.owner) == ("reaped", "lease_expired", OWNER)
     assert "delay" in reaped.detail
-    assert (dead.kind, dead.outcome) == ("dead", "lease_expired")
+    assert (dead.event, dead.outcome) == ("dead", "lease_expired")
 
 
 def test_heartbeats_and_aging_write_nothing(client, conn, db, schema):
@@ -162,7 +162,7 @@ def test_a_lost_lease_is_noted_by_the_master_that_lost_it(client, conn, db, sche
         "reason": "outcome refused"}).fetchone()["written"]
     assert written == 1
     lost = client.events(job.id)[-1]
-    assert (lost.kind, lost.status, lost.owner) == ("lease_lost", "leased", "other")
+    assert (lost.event, lost.status, lost.owner) == ("lease_lost", "leased", "other")
     assert lost.detail == {"reason": "outcome refused"}
 
 
@@ -296,7 +296,7 @@ def test_a_master_notes_the_leases_it_finds_lost(client, conn, db, schema, pg_ds
         hb._session.close()
     assert hb.fenced_total == 1 and child.signals  # fenced, and noted:
     noted = client.events(renewed)[-1]
-    assert (noted.kind, noted.owner, noted.lease_token) == ("lease_lost", OWNER, token[renewed])
+    assert (noted.event, noted.owner, noted.lease_token) == ("lease_lost", OWNER, token[renewed])
     assert noted.detail == {"reason": "renewal refused: the lease was lost"}
 
     async def complete() -> None:
@@ -310,5 +310,5 @@ def test_a_master_notes_the_leases_it_finds_lost(client, conn, db, schema, pg_ds
     asyncio.run(complete())
     assert client.get(completed).status == "leased"  # refused
     noted = client.events(completed)[-1]
-    assert (noted.kind, noted.owner) == ("lease_lost", OWNER)
+    assert (noted.event, noted.owner) == ("lease_lost", OWNER)
     assert noted.detail == {"reason": "outcome refused: the lease was lost"}

@@ -21,7 +21,7 @@ def test_get_events_as_a_table_and_as_json(cli, execute):
     assert lines[-1][4:6] == ["0", by]  # attempt, then the actor (no owner: never leased)
     got = ok_json(cli("get", str(job["id"]), "--events", "--json"))
     assert got["id"] == job["id"] and got["status"] == "cancelled"
-    assert [(e["kind"], e["actor"]) for e in got["events"]][-1] == ("cancelled", by)
+    assert [(e["event"], e["actor"]) for e in got["events"]][-1] == ("cancelled", by)
     stored = execute("SELECT actor FROM {s}.job_events WHERE job_id = %s AND kind = 'cancelled'",
                      [job["id"]]).fetchone()
     assert stored == (by,)
@@ -32,7 +32,7 @@ def test_retry_from_the_command_line_names_its_caller(cli):
     ok_json(cli("cancel", str(job["id"])))
     ok_json(cli("retry", str(job["id"])))
     events = ok_json(cli("get", str(job["id"]), "--events", "--json"))["events"]
-    assert events[-1]["kind"] == "requeued" and events[-1]["actor"].startswith("cli:")
+    assert events[-1]["event"] == "requeued" and events[-1]["actor"].startswith("cli:")
 
 
 def test_events_mode_shows_sets_and_refuses_a_bad_one(cli, execute):

@@ -43,9 +43,9 @@ def test_a_stream_holds_at_most_its_buffer_and_counts_what_it_dropped(n, size):
 
 
 def test_a_filter_matches_any_listed_value_of_each_field_it_names():
-    row = {"job_id": 7, "queue": "emails", "kind": "dead"}
+    row = {"job_id": 7, "queue": "emails", "event": "dead"}
     assert JobFilter().matches(row)
     assert JobFilter(jobs=frozenset({7, 8})).matches(row)
     assert not JobFilter(jobs=frozenset({8})).matches(row)
-    assert JobFilter(queues=frozenset({"emails"}), kinds=frozenset({"dead", "cancelled"})).matches(row)
-    assert not JobFilter(queues=frozenset({"emails"}), kinds=frozenset({"succeeded"})).matches(row)
+    assert JobFilter(queues=frozenset({"emails"}), events=frozenset({"dead", "cancelled"})).matches(row)
+    assert not JobFilter(queues=frozenset({"emails"}), events=frozenset({"succeeded"})).matches(row)

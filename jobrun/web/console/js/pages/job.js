@@ -124,9 +124,9 @@ function step(e) {
     given_back: `given back unstarted${on}`,
     requeued: `put back in its queue${by}`,
     lease_lost: `lease lost${on}${d.reason ? `: ${d.reason}` : ""}`,
-  }[e.kind] || e.kind;
-  return h("li", { dataset: { kind: e.kind, seq: e.seq } },
-    h("span", { class: "when" }, when(e.at)), " ", h("span", { class: `status ${e.kind}` }, e.kind), " ", words);
+  }[e.event] || e.event;
+  return h("li", { dataset: { event: e.event, seq: e.seq } },
+    h("span", { class: "when" }, when(e.at)), " ", h("span", { class: `status ${e.event}` }, e.event), " ", words);
 }
 
 function attempt(a) {
