@@ -21,6 +21,7 @@ same statement recorded in ``job_attempts``); :func:`kind` is the same rule in P
     status stays   leased, attempts grow ────────────────> started
                    cancel asked of a leased job ─────────> cancel_requested
                    version moves (a change a user sees) ─> changed
+    any other status move (none today) ──────────────────> changed
                    anything else (heartbeat, aging) ─────> nothing
 
 A master that finds it lost a lease writes ``lease_lost`` itself: that changes no row.
@@ -101,7 +102,9 @@ def kind(old_status: str | None, new_status: str, outcome: str | None = None, *,
         if outcome == Outcome.LEASE_EXPIRED:
             return Kind.REAPED
         return Kind.RETRIED
-    return Kind.REQUEUED
+    if old_status in (Status.DEAD, Status.CANCELLED):
+        return Kind.REQUEUED
+    return Kind.CHANGED  # a move the log has no name for: a new status adds its own
 
 
 def kept(event_kind: str, mode: str) -> bool:

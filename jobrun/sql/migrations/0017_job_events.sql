@@ -10,7 +10,8 @@
 -- both agree):
 --   * an insert is `enqueued`;
 --   * a status that moves: to leased `claimed`, to succeeded / dead / cancelled that status,
---     from dead or cancelled back to queued `requeued` (jobrun retry); from leased back to
+--     from dead or cancelled back to queued `requeued` (jobrun retry), any other move the
+--     log has no name for `changed` (a new status adds its name here); from leased back to
 --     queued by the outcome of the attempt the same statement recorded (finish_jobs writes
 --     the job_attempts row keyed by the lease's token in the statement that moves the job,
 --     and an AFTER trigger sees it): `released` (shutdown), `reaped` (lease_expired), any
@@ -75,7 +76,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                  WHEN outcome = 'released' THEN 'released'
                  WHEN outcome = 'lease_expired' THEN 'reaped'
                  ELSE 'retried' END
-        ELSE 'requeued' END
+        WHEN old_status IN ('dead', 'cancelled') THEN 'requeued'
+        ELSE 'changed' END
 $$;
 
 -- The knob's row holds one of the three levels, whoever writes it.
