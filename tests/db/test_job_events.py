@@ -19,6 +19,7 @@ from jobrun.sql import for_schema
 from jobrun.states import OUTCOMES, STATUSES
 from jobrun.worker.claimer import plain_claim_params
 from jobrun.worker.reaper import Reaper
+from tests.db.test_producer_rows import producer, producer_dsn  # noqa: F401 (fixtures)
 from tests.dbview import lease
 from tests.invariants import event_violations
 from tests.profiles import examples
@@ -312,3 +313,24 @@ def test_a_master_notes_the_leases_it_finds_lost(client, conn, db, schema, pg_ds
     noted = client.events(completed)[-1]
     assert (noted.event, noted.owner) == ("lease_lost", OWNER)
     assert noted.detail == {"reason": "outcome refused: the lease was lost"}
+
+
+def test_sql_of_ones_own_names_its_actor_and_a_producer_s_insert_is_recorded(
+        conn, db, schema, producer, producer_dsn):
+    """Any SQL is an entry point: the enqueue function, an operator's own UPDATE with
+    jobrun.actor set in its transaction, and a producer's plain insert (the triggers run with
+    their owner's rights, so a producer needs no grant on the log to write it, and reads it)."""
+    s = f'"{schema}"'
+    made = conn.execute(f"SELECT id FROM {s}.enqueue('t', '1')").fetchone()["id"]
+    with conn.transaction():
+        conn.execute("SELECT set_config('jobrun.actor', 'ops:night-shift', true)")
+        conn.execute(f"UPDATE {s}.jobs SET priority = 9, version = version + 1 WHERE id = %s",
+                     [made])
+    [changed] = db.rows("SELECT kind, actor FROM {s}.job_events WHERE job_id = %s"
+                        " AND kind <> 'enqueued'", (made,))
+    assert changed == {"kind": "changed", "actor": "ops:night-shift"}
+    row = producer.execute(f"INSERT INTO {s}.jobs (queue, task) VALUES ('default', 't')"
+                           " RETURNING id").fetchone()
+    [mine] = producer.execute(f"SELECT kind, actor FROM {s}.job_events WHERE job_id = %s",
+                              [row["id"]]).fetchall()
+    assert mine["kind"] == "enqueued" and mine["actor"] == producer.info.user
