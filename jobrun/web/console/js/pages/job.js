@@ -20,8 +20,14 @@ export async function render({ root, route }) {
     const j = data?.job ?? data;
     let history = data?.history;
     if (!Array.isArray(history)) history = rows(await get(`/jobs/${encodeURIComponent(id)}/attempts`), "attempts");
-    const events = rows(await get(`/jobs/${encodeURIComponent(id)}/events`), "events");
-    return { ...j, history, events };
+    let events = [];
+    let eventsError = null;  // the page still shows the job when its timeline cannot be read
+    try {
+      events = rows(await get(`/jobs/${encodeURIComponent(id)}/events`), "events");
+    } catch (err) {
+      eventsError = err;
+    }
+    return { ...j, history, events, eventsError };
   }
 
   async function act(action) {
@@ -70,7 +76,8 @@ export async function render({ root, route }) {
             j.traceparent ? [h("dt", {}, "traceparent"), h("dd", { class: "mono" }, j.traceparent)] : null)),
         h("div", {}, h("h2", {}, "Payload"), json(j.payload))),
       h("h2", {}, `Timeline (${j.events.length})`),
-      j.events.length ? h("ol", { id: "timeline", class: "timeline" }, j.events.map(step))
+      j.eventsError ? failure(j.eventsError, "Could not read the timeline")
+        : j.events.length ? h("ol", { id: "timeline", class: "timeline" }, j.events.map(step))
         : h("p", { class: "state empty", id: "timeline-empty" }, "No transitions recorded (jobrun events mode)."),
       h("h2", {}, `Attempts (${attempts.length})`),
       attempts.length ? attempts.map(attempt) : h("p", { class: "state empty" }, j.status === "queued" ? "Not run yet: it waits for a master serving its queue." : "No finished attempt."));
@@ -119,7 +126,7 @@ function step(e) {
     dead: `dead${outcome}${on}${d.error ? `: ${d.error}` : ""}`,
     cancelled: `cancelled${e.owner ? on : by}`,
     retried: `attempt ${e.attempt} ended${outcome}${later}`,
-    released: `released at shutdown${on}: its start does not count`,
+    released: `released at shutdown${on}, back in its queue`,
     reaped: `lease expired${on}: requeued${later}`,
     given_back: `given back unstarted${on}`,
     requeued: `put back in its queue${by}`,
