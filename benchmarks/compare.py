@@ -82,7 +82,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.common` impor
 
 from jobrun.store import migrate  # noqa: E402
 
-from benchmarks.common import (Bench, MasterProc, add_db_args, describe_code, machine,  # noqa: E402
+from benchmarks.common import (Bench, MasterProc, add_db_args, describe_code, machine, set_events_mode,  # noqa: E402
                                median, percentile, print_table)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -377,6 +377,7 @@ class Jobrun(System):
     def install(self, run: "Run") -> None:
         with psycopg.connect(run.dsn, autocommit=True) as conn:
             migrate.migrate(conn, JOBRUN_SCHEMA)
+            set_events_mode(conn, JOBRUN_SCHEMA, self.cmp.args.events)
 
     def start(self, run: "Run", variant: dict[str, Any]) -> list[Any]:
         os.environ["BENCH_STAMP_DIR"] = str(run.stamp_dir)  # MasterProc copies the environment

@@ -97,13 +97,27 @@ class _Api:
         return self._run(ops.list_jobs(self.queries, status=status, queue=queue, task=task,
                                        limit=limit, before=before), conn)
 
-    def cancel(self, job_id: int, *, if_version: int | None = None, conn: Any = None):
-        """Cancel a job; with ``if_version``, only while the job is at that version
-        (else :class:`~jobrun.errors.StaleVersion`)."""
-        return self._run(ops.cancel(self.queries, job_id, if_version), conn)
+    def events(self, job_id: int, *, conn: Any = None):
+        """The job's transitions, oldest first (jobrun/events.py)."""
+        return self._run(ops.events(self.queries, job_id), conn)
 
-    def retry(self, job_id: int, *, if_version: int | None = None, conn: Any = None):
-        return self._run(ops.retry(self.queries, job_id, if_version), conn)
+    def events_mode(self, *, conn: Any = None):
+        return self._run(ops.events_mode(self.queries), conn)
+
+    def set_events_mode(self, mode: str, *, conn: Any = None):
+        """Record all, terminal or no transitions, cluster-wide (jobrun/events.py)."""
+        return self._run(ops.set_events_mode(self.queries, mode), conn)
+
+    def cancel(self, job_id: int, *, if_version: int | None = None, actor: str | None = None,
+               conn: Any = None):
+        """Cancel a job; with ``if_version``, only while the job is at that version
+        (else :class:`~jobrun.errors.StaleVersion`). ``actor`` names the caller in the job's
+        event (default: the database role)."""
+        return self._run(ops.cancel(self.queries, job_id, if_version, actor), conn)
+
+    def retry(self, job_id: int, *, if_version: int | None = None, actor: str | None = None,
+              conn: Any = None):
+        return self._run(ops.retry(self.queries, job_id, if_version, actor), conn)
 
     def delete(self, job_id: int, *, if_version: int | None = None, conn: Any = None):
         """Delete a finished job (succeeded, dead or cancelled) with its attempts."""

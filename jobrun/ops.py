@@ -14,9 +14,10 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, Generator, Iterable, Sequence
 
-from jobrun import validate
+from jobrun import events as job_events, validate
 from jobrun.errors import InvalidInput, NotFound, Refused, StaleVersion, UnknownQueue
-from jobrun.records import AttemptRecord, Enqueued, JobRecord, JobSpec, QueueStats
+from jobrun.records import (AttemptRecord, Enqueued, EventRecord, JobRecord, JobSpec,
+                            QueueStats)
 from jobrun.sql import Queries
 from jobrun.states import STATUSES, TERMINAL
 from jobrun.tracing import producer
@@ -299,18 +300,52 @@ def _refusal(job: JobRecord, if_version: int | None, refused: str) -> Exception:
     return Refused(f"job {job.id} is {job.status}; {refused}")
 
 
-def cancel(q: Queries, job_id: int, if_version: int | None = None) -> Op:
+def events(q: Queries, job_id: int) -> Op:
+    """The job's transitions, oldest first (NotFound: no such job)."""
+    rows = yield Step(q.get_events, {"id": validate.job_id(job_id)})
+    if not rows:
+        raise NotFound(f"no job {job_id}")
+    return [EventRecord.from_row(r) for r in rows if r["seq"] is not None]
+
+
+def events_mode(q: Queries) -> Op:
+    """The transition log's mode: all, terminal or none (jobrun/events.py)."""
+    rows = yield Step(q.events_mode, {})
+    return job_events.mode_of(rows[0]["level"])
+
+
+def set_events_mode(q: Queries, mode: str) -> Op:
+    """Set the transition log's mode for the whole cluster; returns it."""
+    rows = yield Step(q.set_events_mode, {"level": job_events.level(mode)})
+    return job_events.mode_of(rows[0]["level"])
+
+
+def _actor(actor: str | None) -> str | None:
+    """Who makes a change, as its event names it (None: the database role)."""
+    if actor is None:
+        return None
+    if not isinstance(actor, str) or not 1 <= len(actor) <= 200 or not actor.isprintable():
+        raise InvalidInput(f"invalid actor {validate._show(actor)}: 1 to 200 printable"
+                           " characters")
+    return actor
+
+
+def cancel(q: Queries, job_id: int, if_version: int | None = None,
+           actor: str | None = None) -> Op:
     rows = yield Step(q.cancel_job, {"id": validate.job_id(job_id),
-                                    "version": validate.version(if_version)})
+                                    "version": validate.version(if_version),
+                                    "actor": _actor(actor)})
     if rows:
         return JobRecord.from_row(rows[0])
     job = yield from get(q, job_id)
     raise _refusal(job, if_version, "only queued or leased jobs can be cancelled")
 
 
-def retry(q: Queries, job_id: int, if_version: int | None = None) -> Op:
+def retry(q: Queries, job_id: int, if_version: int | None = None,
+          actor: str | None = None) -> Op:
     rows = yield Step(q.retry_job, {"id": validate.job_id(job_id), "channel": q.channel,
-                                    "version": validate.version(if_version)})
+                                    "version": validate.version(if_version),
+                                    "actor": _actor(actor)})
     if rows:
         return JobRecord.from_row(rows[0])
     job = yield from get(q, job_id)

@@ -83,6 +83,30 @@ class AttemptRecord:
         return _fields(self)
 
 
+@dataclass(frozen=True)
+class EventRecord:
+    """One transition of a job (migration 0017, jobrun/events.py), in the order ``seq``."""
+
+    job_id: int
+    seq: int
+    at: datetime
+    event: str                  # what happened: enqueued, claimed, retried, ... (events.KINDS)
+    status: str                 # the job's status after it
+    attempt: int | None = None  # the job's attempts after it
+    lease_token: int | None = None
+    owner: str | None = None    # the master holding, or ending, the lease
+    actor: str | None = None    # who made the change: the caller (cli:, api:) or the role
+    outcome: str | None = None  # the outcome of the attempt it ended
+    detail: Any = None          # {"run_at", "delay"} of a retry, {"error"}, {"reason"}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "EventRecord":
+        return _from_row(cls, row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields(self)
+
+
 class Enqueued(NamedTuple):
     """What ``enqueue`` returns: the stored job, and False when it was an idempotent replay."""
 

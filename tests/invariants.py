@@ -18,6 +18,12 @@ job to settle, and then also requires each job to end in a status the test inten
 cancelled jobs with a recorded reason) and, when the test keeps an append-only ``starts``
 record (one row per handler start), no job started more than max_attempts times by that
 record either.
+
+With the transition log recording everything (``jobrun events mode all``, migration 0017),
+both also check each job's events against it: its first event is ``enqueued``, each next
+status is one jobrun/states.py allows after the one before (or the same), the last status
+recorded is the job's status now, and a finished job has exactly one terminal event since it
+was last put back by hand (none while it is not finished).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from jobrun.config import MAX_LEASE_TTL
+from jobrun.events import TERMINAL_KINDS
+from jobrun.states import TRANSITIONS
 from jobrun.testing import wait_for
 
 NOTHING_LOST = """
@@ -101,6 +109,45 @@ SELECT 'succeeded without a recorded start', j.id FROM {schema}.jobs j
    AND NOT EXISTS (SELECT 1 FROM {schema}.starts s WHERE s.job_id = j.id)
 """
 
+# The job's events tell its story (mode all): run only when the mode is all throughout.
+EVENTS_CONSISTENT = """
+UNION ALL
+SELECT 'events: ' || v.problem, v.job_id FROM (
+    SELECT e.job_id, CASE
+             WHEN e.prev_status IS NULL AND e.kind <> 'enqueued' THEN 'first is not enqueued'
+             WHEN e.prev_status IS NOT NULL AND e.prev_status <> e.status
+                  AND (e.prev_status, e.status) NOT IN (SELECT m.a, m.b FROM unnest(
+                          %(moves_from)s::text[], %(moves_to)s::text[]) AS m(a, b))
+                  THEN 'a move states.py does not allow: ' || e.prev_status || ' -> ' || e.status
+           END AS problem
+      FROM (SELECT job_id, kind, status,
+                   lag(status) OVER (PARTITION BY job_id ORDER BY seq) AS prev_status
+              FROM {schema}.job_events) e
+) v WHERE v.problem IS NOT NULL
+UNION ALL
+SELECT 'events: last status recorded is not the status', j.id FROM {schema}.jobs j
+ WHERE j.status <> (SELECT e.status FROM {schema}.job_events e WHERE e.job_id = j.id
+                     ORDER BY e.seq DESC LIMIT 1)
+    OR NOT EXISTS (SELECT FROM {schema}.job_events e WHERE e.job_id = j.id)
+UNION ALL
+SELECT 'events: terminal events not one per finish', j.id FROM {schema}.jobs j
+ WHERE (SELECT count(*) FROM {schema}.job_events e
+         WHERE e.job_id = j.id AND e.kind = ANY(%(terminal_kinds)s)
+           AND e.seq > coalesce((SELECT max(r.seq) FROM {schema}.job_events r
+                                  WHERE r.job_id = j.id AND r.kind = 'requeued'), 0))
+       <> (j.status = ANY(%(terminal_kinds)s))::int
+"""
+EVENT_PARAMS = {
+    "moves_from": [a for a, targets in TRANSITIONS.items() for _ in sorted(targets)],
+    "moves_to": [b for _, targets in TRANSITIONS.items() for b in sorted(targets)],
+    "terminal_kinds": list(TERMINAL_KINDS),
+}
+# Mode all: no settings row (the default) or the value 2.
+EVENTS_MODE_ALL = """
+SELECT to_regclass(%(events)s) IS NOT NULL
+       AND coalesce((SELECT value FROM {schema}.settings WHERE name = 'job_events'), 2) = 2
+"""
+
 OPEN_LEASES = """
 SELECT count(*) FROM {schema}.jobs
  WHERE status = 'leased' AND lease_expires_at < now() - make_interval(secs => %(period)s)
@@ -130,11 +177,26 @@ def _run(conn, schema: str, text: str, params: dict) -> list:
     return cur.execute(query, params).fetchall()
 
 
+def _events_checked(conn, schema: str) -> bool:
+    return _run(conn, schema, EVENTS_MODE_ALL, {"events": f'"{schema}".job_events'})[0][0]
+
+
+def event_violations(conn, schema: str) -> list:
+    """The events check alone (see above); empty when the mode is not all."""
+    if not _events_checked(conn, schema):
+        return []
+    return _run(conn, schema, "SELECT NULL::text, NULL::bigint WHERE false" + EVENTS_CONSISTENT,
+                EVENT_PARAMS)
+
+
 def nothing_lost(conn, schema: str, *, transactional=("effect",), slack: float = 10.0) -> list:
     cur = conn.cursor(row_factory=tuple_row)
     text = NOTHING_LOST + (EFFECTS_ONCE if _exists(cur, schema, "effects") else "")
+    events = _events_checked(conn, schema)
+    text += EVENTS_CONSISTENT if events else ""
     return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional),
-                                     "max_lease": MAX_LEASE_TTL})
+                                     "max_lease": MAX_LEASE_TTL,
+                                     **(EVENT_PARAMS if events else {})})
 
 
 def violations(conn, schema: str, *, transactional=("effect",), recorded=("record", "effect"),
@@ -148,9 +210,12 @@ def violations(conn, schema: str, *, transactional=("effect",), recorded=("recor
     text += SETTLED_AS_INTENDED
     if _exists(cur, schema, "starts"):
         text += STARTS_BOUNDED
+    events = _events_checked(conn, schema)
+    text += EVENTS_CONSISTENT if events else ""
     return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional),
                                      "recorded": list(recorded), "intended": list(intended),
-                                     "enqueued": list(enqueued), "max_lease": MAX_LEASE_TTL})
+                                     "enqueued": list(enqueued), "max_lease": MAX_LEASE_TTL,
+                                     **(EVENT_PARAMS if events else {})})
 
 
 @dataclass

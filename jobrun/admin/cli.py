@@ -19,6 +19,9 @@ share the global options through :mod:`jobrun.admin.options` and print through
 from __future__ import annotations
 
 import dataclasses
+import getpass
+import os
+import socket
 import sys
 from datetime import datetime
 from typing import Annotated, Optional
@@ -150,13 +153,33 @@ def enqueue(
 def get(ctx: typer.Context, job_id: JobId,
         attempts: Annotated[bool, typer.Option(
             "--attempts", help="Include the recorded attempts (as \"history\").")] = False,
+        events: Annotated[bool, typer.Option(
+            "--events", help="Its transitions, oldest first: a table (with --json, the job"
+                             " with them as \"events\").")] = False,
         dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
     """Show one job as JSON."""
-    client = session(ctx, dsn, schema, as_json).client()
+    s = session(ctx, dsn, schema, as_json)
+    client = s.client()
     out = client.get(job_id).to_dict()
     if attempts:  # each with its captured "log"
         out["history"] = [a.to_dict() for a in client.attempts(job_id)]
-    emit(out)
+    if not events:
+        emit(out)
+        return
+    found = client.events(job_id)
+    if s.as_json or attempts:
+        emit({**out, "events": [e.to_dict() for e in found]})
+        return
+    table(["seq", "at", "event", "status", "attempt", "owner", "actor", "outcome", "detail"],
+          [[e.seq, e.at.isoformat(timespec="milliseconds"), e.event, e.status, e.attempt,
+            e.owner, e.actor, e.outcome, _detail(e.detail)] for e in found],
+          f"no events recorded for job {job_id} (jobrun events mode)")
+
+
+def _detail(detail: dict | None) -> str:
+    if not detail:
+        return ""
+    return " ".join(f"{k}={v}" for k, v in detail.items())
 
 
 @app.command("list")
@@ -191,6 +214,15 @@ def list_(
         note(f"more may follow: add --before {jobs[-1].id}")
 
 
+def _actor() -> str:
+    """Who a change made here is by, in the job's event: the user at this host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"cli:{user}@{socket.gethostname()}"[:200]
+
+
 IfVersion = Annotated[Optional[int], typer.Option(
     "--if-version", metavar="N", show_default=False,
     help="Only if the job is still at version N (else exit 1, a conflict).")]
@@ -201,7 +233,7 @@ def cancel(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn:
            schema: Schema = None, as_json: AsJson = False) -> None:
     """Cancel a queued job now, or ask a running one to stop."""
     client = session(ctx, dsn, schema, as_json).client()
-    emit(client.cancel(job_id, if_version=if_version).to_dict())
+    emit(client.cancel(job_id, if_version=if_version, actor=_actor()).to_dict())
 
 
 @app.command()
@@ -209,7 +241,7 @@ def retry(ctx: typer.Context, job_id: JobId, if_version: IfVersion = None, dsn: 
           schema: Schema = None, as_json: AsJson = False) -> None:
     """Put a dead or cancelled job back in its queue, with its attempts reset."""
     client = session(ctx, dsn, schema, as_json).client()
-    emit(client.retry(job_id, if_version=if_version).to_dict())
+    emit(client.retry(job_id, if_version=if_version, actor=_actor()).to_dict())
 
 
 @app.command()
@@ -260,7 +292,7 @@ def stats(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
 app.command("web")(web_cli.web)
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(queue_app, name="queue")
-ops_cli.register(app)      # config, embedded, roles, health, bench
+ops_cli.register(app)      # config, embedded, events, roles, health, bench
 observe_cli.register(app)  # workers, logs, top
 
 

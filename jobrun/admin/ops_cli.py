@@ -1,4 +1,5 @@
-"""Operator commands of ``jobrun``: config show/check, roles, health, embedded status/stop.
+"""Operator commands of ``jobrun``: config show/check, roles, health, embedded status/stop,
+events mode.
 
 :mod:`jobrun.admin.cli` adds them to its app (:func:`register`); they share its global options
 (``--dsn``, ``--schema``, ``--json``, :mod:`jobrun.admin.options`) and its error protocol
@@ -30,6 +31,8 @@ config_app = typer.Typer(help="Show the effective settings, or check a config fi
                          no_args_is_help=True)
 embedded_app = typer.Typer(help="The embedded PostgreSQL kept under state_dir.",
                            no_args_is_help=True)
+events_app = typer.Typer(help="The transition log: every change of a job as an event"
+                              " (jobrun get ID --events).", no_args_is_help=True)
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", metavar="FILE", show_default=False,
     help="Config file (default: $JOBRUN_CONFIG, ./jobrun.toml, /etc/jobrun/jobrun.toml).")]
@@ -173,6 +176,23 @@ def database_line(report: dict) -> str | None:
             f" in a row, the last: {report.get('db_error') or 'unknown'}")
 
 
+@events_app.command("mode")
+def events_mode(ctx: typer.Context,
+                mode: Annotated[Optional[str], typer.Argument(
+                    metavar="[all|terminal|none]", show_default=False,
+                    help="Record every transition (all, the default), only succeeded, dead"
+                         " and cancelled (terminal), or none. Omitted: show the mode.")] = None,
+                dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False) -> None:
+    """Show or set, for the whole cluster at once, which transitions of jobs are recorded."""
+    s = session(ctx, dsn, schema, as_json)
+    client = s.client()
+    now = client.events_mode() if mode is None else client.set_events_mode(mode)
+    if s.as_json:
+        emit({"mode": now})
+    else:
+        typer.echo(f"events mode: {now}")
+
+
 def _state_dir(ctx: typer.Context, state_dir: Path | None) -> Path:
     if state_dir is not None:
         return state_dir
@@ -263,6 +283,7 @@ def register(app: typer.Typer) -> None:
     """Add these commands to the ``jobrun`` app."""
     app.add_typer(config_app, name="config")
     app.add_typer(embedded_app, name="embedded")
+    app.add_typer(events_app, name="events")
     app.command("roles")(roles)
     app.command("health")(health)
     app.command("bench")(bench)

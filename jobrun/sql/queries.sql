@@ -134,25 +134,30 @@ SELECT * FROM {schema}.jobs
  LIMIT %(limit)s
 
 -- name: cancel_job
--- Cancel a job: a queued one at once, a leased one by setting cancel_requested; returns the row.
-UPDATE {schema}.jobs
-   SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
-       finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END,
-       cancel_requested = (status = 'leased'), version = version + 1
- WHERE id = %(id)s AND status IN ('queued', 'leased')
-   AND (%(version)s::bigint IS NULL OR version = %(version)s)
-RETURNING *
+-- Cancel a job: a queued one at once, a leased one by setting cancel_requested; returns the row. `actor` (when not NULL) names the caller in the job's event (jobrun.actor, migration 0017).
+UPDATE {schema}.jobs j
+   SET status = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE j.status END,
+       finished_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.finished_at END,
+       cancel_requested = (j.status = 'leased'), version = j.version + 1
+  FROM (SELECT CASE WHEN %(actor)s::text IS NOT NULL
+                    THEN set_config('jobrun.actor', %(actor)s::text, true) END) AS who(actor)
+ WHERE j.id = %(id)s AND j.status IN ('queued', 'leased')
+   AND (%(version)s::bigint IS NULL OR j.version = %(version)s)
+RETURNING j.*
 
 -- name: retry_job
--- Put a dead or cancelled job back to queued now, with its attempts and crashes reset and the priority it was enqueued with (before aging).
+-- Put a dead or cancelled job back to queued now, with its attempts and crashes reset and the priority it was enqueued with (before aging); `actor` as in cancel_job.
 WITH r AS (
-    UPDATE {schema}.jobs
+    UPDATE {schema}.jobs j
        SET status = 'queued', attempts = 0, crashes = 0, run_at = now(), finished_at = NULL,
-           cancel_requested = false, version = version + 1,
-           priority = coalesce(base_priority, priority), base_priority = NULL, aged_at = NULL
-     WHERE id = %(id)s AND status IN ('dead', 'cancelled')
-       AND (%(version)s::bigint IS NULL OR version = %(version)s)
-    RETURNING *
+           cancel_requested = false, version = j.version + 1,
+           priority = coalesce(j.base_priority, j.priority), base_priority = NULL,
+           aged_at = NULL
+      FROM (SELECT CASE WHEN %(actor)s::text IS NOT NULL
+                        THEN set_config('jobrun.actor', %(actor)s::text, true) END) AS who(actor)
+     WHERE j.id = %(id)s AND j.status IN ('dead', 'cancelled')
+       AND (%(version)s::bigint IS NULL OR j.version = %(version)s)
+    RETURNING j.*
 ), n AS (
     SELECT pg_notify(%(channel)s, r.queue) FROM r
 )

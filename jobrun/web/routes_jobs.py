@@ -1,4 +1,5 @@
-"""/api/v1/jobs: enqueue (one or many), list, get, delete, cancel, retry, attempts, logs.
+"""/api/v1/jobs: enqueue (one or many), list, get, delete, cancel, retry, attempts, logs,
+events.
 
 Every change may be guarded by the job's version: {"version": n} in the body or an
 If-Match header ("n" as GET returns it in ETag); a job at another version is a 409 whose
@@ -16,7 +17,7 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from jobrun import ops, tracing
-from jobrun.records import AttemptRecord, JobRecord
+from jobrun.records import AttemptRecord, EventRecord, JobRecord
 from jobrun.web import reads
 from jobrun.web.envelope import ApiError, responses
 from jobrun.web.models import (BIGINT_DIGITS, IDEMPOTENCY_RULE, IF_MATCH_RULE, QUEUE_RULE,
@@ -164,9 +165,16 @@ async def get_job(request: Request, job_id: JobId):
     return job_reply(await db(request).run(ops.get(db(request).q, job_id)))
 
 
-async def change(request: Request, op, job_id: int, version: int | None) -> JSONResponse:
+async def change(request: Request, op, job_id: int, version: int | None,
+                 *by: str) -> JSONResponse:
     d = db(request)
-    return job_reply(await d.run(op(d.q, job_id, version)))
+    return job_reply(await d.run(op(d.q, job_id, version, *by)))
+
+
+def actor(request: Request) -> str:
+    """Who a change made through the API is by, in the job's event: the caller's address."""
+    client = request.client
+    return f"api:{client.host if client else 'unknown'}"[:200]
 
 
 CHANGE = {"response_model": JobRecord, "responses": responses(*WRITE, "not_found", "conflict")}
@@ -181,13 +189,13 @@ async def delete_job(request: Request, job_id: JobId, version: Version):
 @router.post("/jobs/{job_id:int}/cancel", **CHANGE)
 async def cancel_job(request: Request, job_id: JobId, version: Version):
     """Cancel a queued job now, or ask a leased one to stop (cancel_requested)."""
-    return await change(request, ops.cancel, job_id, version)
+    return await change(request, ops.cancel, job_id, version, actor(request))
 
 
 @router.post("/jobs/{job_id:int}/retry", **CHANGE)
 async def retry_job(request: Request, job_id: JobId, version: Version):
     """Put a dead or cancelled job back in its queue with its attempts reset."""
-    return await change(request, ops.retry, job_id, version)
+    return await change(request, ops.retry, job_id, version, actor(request))
 
 
 @router.get("/jobs/{job_id:int}/attempts", response_model=list[AttemptRecord],
@@ -196,6 +204,15 @@ async def job_attempts(request: Request, job_id: JobId):
     """The job's finished attempts, oldest first, each with its log."""
     found = await db(request).run(reads.job_attempts(db(request).q, job_id))
     return reply([a.to_dict() for a in found])
+
+
+@router.get("/jobs/{job_id:int}/events", response_model=list[EventRecord],
+            responses=responses(*READ, "not_found"))
+async def job_events(request: Request, job_id: JobId):
+    """The job's transitions, oldest first: enqueued, claimed, retried, succeeded, ...
+    (docs/concepts.md, "Transitions"); what is recorded follows `jobrun events mode`."""
+    found = await db(request).run(ops.events(db(request).q, job_id))
+    return reply([e.to_dict() for e in found])
 
 
 @router.get("/jobs/{job_id:int}/attempts/{attempt}/logs", responses=responses(*READ, "not_found"))

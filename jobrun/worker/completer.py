@@ -212,10 +212,25 @@ class Completer(Service):
             self.refused += len(refused)
             event(log, logging.WARNING, "complete.refused", jobs=[c.id for c in refused][:20],
                   count=len(refused), reason="lease lost (the guard did not match)")
+            await self._note_lost(refused)
             if self.on_refused:
                 self.on_refused(refused)
         if self.on_recorded:
             self.on_recorded([c for c in batch if c.id in accepted])
+
+    async def _note_lost(self, refused: list[Completion]) -> None:
+        """Write a ``lease_lost`` event for each refused outcome (migration 0017: a lost
+        lease changes no row, so no trigger sees it). Only when a batch had refusals; not
+        retried: the log then lacks that line, and the job's own transitions stand."""
+        try:
+            conn = await self._session.get()
+            await conn.execute(self.q.note_lease_lost, {
+                "ids": [c.id for c in refused], "tokens": [c.token for c in refused],
+                "owner": self.owner, "reason": "outcome refused: the lease was lost"})
+        except Exception as exc:  # noqa: BLE001 - see above
+            self.db.failed(exc)
+            event(log, logging.WARNING, "complete.note_failed", error=db.first_line(exc),
+                  jobs=len(refused))
 
     async def _cap(self, capped: list[Completion]) -> None:
         """Write the task limits that decided these attempts to their jobs, while still leased

@@ -242,32 +242,52 @@ class Heartbeater(Service):
         if self.on_db_ok:
             self.on_db_ok()
         held = {row["id"]: row["cancel_requested"] for row in rows}
+        lost = []
         for lease in leases:
             key = (lease.id, lease.token)
             if lease.id not in held:
-                self._fence(lease, "lease lost", now)
+                if self._fence(lease, "lease lost", now):
+                    lost.append(lease)
                 continue
             self._renewed[key] = now
             if held[lease.id] and key not in self._cancel_sent and _running(lease):
                 self._cancel_sent.add(key)
                 event(log, logging.INFO, "job.cancel_signalled", job=lease.id)
                 self._tell(lease, "cancel", signal.SIGUSR2)
+        if lost:
+            self._note_lost(lost)
         return True
 
-    def _fence(self, lease: Lease, reason: str, now: float) -> None:
+    def _note_lost(self, lost: list[Lease]) -> None:
+        """Write a ``lease_lost`` event for each lease this beat found lost, once its child
+        was signalled (migration 0017: a lost lease changes no row, so no trigger sees it).
+        Not retried: the log then lacks that line, and the job's own transitions stand."""
+        try:
+            timeout_ms = int(max(0.5, self.period * 0.8) * 1000)
+            conn = self._session.get({"statement_timeout": str(timeout_ms)})
+            conn.execute(self.q.note_lease_lost, {
+                "ids": [lease.id for lease in lost], "tokens": [lease.token for lease in lost],
+                "owner": self.owner, "reason": "renewal refused: the lease was lost"})
+        except Exception as exc:  # noqa: BLE001 - a note; the fence is what matters
+            event(log, logging.WARNING, "heartbeat.note_failed", error=db.first_line(exc),
+                  leases=len(lost))
+
+    def _fence(self, lease: Lease, reason: str, now: float) -> bool:
+        """Fence the attempt ``lease`` names if its child runs it; whether it did now."""
         key = (lease.id, lease.token)
         if key in self._fenced:
-            return
+            return False
         # The snapshot may be older than the job's result: a job completed while the renewal
         # ran is missing from its answer too. Its child may already run the next job, which a
         # SIGUSR1 would interrupt (and that lease would then lapse): fence only the attempt
         # the child runs. One still waiting in its pipe is fenced when it starts (a later beat).
         if not _running(lease):
-            return
+            return False
         self._fenced[key] = now + self.grace
         self.fenced_total += 1
         self.on_fence(lease, reason)
         self._tell(lease, "lease_lost", signal.SIGUSR1)
+        return True
 
     def _tell(self, lease: Lease, why: str, signum: int) -> None:
         if lease.framed and self.interrupt is not None:

@@ -135,6 +135,12 @@ def test_a_dead_job_is_retried_and_succeeds(page, master, client, tmp_path):
     expect(page.locator("#job-status")).to_contain_text("succeeded")
     expect(page.locator(".attempt")).to_have_count(2)
     assert client.get(job.id).status == "succeeded"
+    # Its timeline tells the whole story, the retry by the console's caller included.
+    steps = page.locator("#timeline li")
+    expect(steps).to_have_count(6)
+    assert [s.get_attribute("data-event") for s in steps.all()] == [
+        "enqueued", "claimed", "dead", "requeued", "claimed", "succeeded"]
+    expect(page.locator("#timeline li[data-event=requeued]")).to_contain_text("by api:127.0.0.1")
     shot(page, tmp_path, "job-succeeded")
 
 
@@ -151,8 +157,9 @@ def test_a_running_job_is_cancelled(page, master, client, tmp_path):
 def test_a_stale_retry_shows_the_conflict_and_changes_nothing(page, master, client, tmp_path):
     job = client.enqueue("flaky_file", str(tmp_path / "never"), max_attempts=1).job
     wait_for(lambda: client.get(job.id).status == "dead", timeout=30, message="the job to die")
-    # A tab whose live stream is gone keeps showing what it loaded: a stale page.
-    page.route("**/api/v1/events", lambda route: route.abort())
+    # A tab whose live streams are gone (the summary's and the job's own) keeps showing what
+    # it loaded: a stale page.
+    page.route("**/api/v1/events*", lambda route: route.abort())
     page.goto(page.url.split("#")[0] + f"#/jobs/{job.id}")
     page.reload()
     expect(page.locator("#job-status")).to_contain_text("dead")

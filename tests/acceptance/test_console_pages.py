@@ -147,3 +147,25 @@ def test_schedules_are_described_in_words(page, client, tmp_path):
     words = page.locator("#schedule-words")  # the next fire in the schedule's zone, as worded
     expect(words).to_have_text(re.compile(r"^every day at 02:30, New York time; next at .*02:30$"))
     shot(page, tmp_path, "schedule-words")
+
+
+def test_a_job_s_timeline_follows_its_own_stream(page, client, tmp_path):
+    """The job page draws every recorded transition, and a change made elsewhere reaches it
+    through the job's own stream (`event: job`), even with the summary stream cut."""
+    job = client.enqueue("noop", {}, delay=3600).job
+    page.route("**/api/v1/events", lambda route: route.abort())  # the summary's only
+    page.goto(base(page) + f"#/jobs/{job.id}")
+    page.reload()
+    steps = page.locator("#timeline li")
+    expect(steps).to_have_count(1)
+    expect(steps.first).to_have_attribute("data-event", "enqueued")
+    expect(steps.first).to_contain_text("to run at")
+    # Once the job's stream is live, the change below can reach the page only by its line.
+    expect(page.locator("section.page-job")).to_have_attribute("data-job-stream", "live")
+    client.cancel(job.id, actor="cli:tester@desk")
+    expect(steps).to_have_count(2)
+    expect(page.locator("#timeline li[data-event=cancelled]")).to_contain_text(
+        "cancelled by cli:tester@desk")
+    expect(page.locator("#job-status")).to_contain_text("cancelled")
+    expect(page.locator("#live")).not_to_have_text("live")  # the summary stream stayed cut
+    shot(page, tmp_path, "job-timeline")

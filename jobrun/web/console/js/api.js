@@ -76,8 +76,9 @@ export function rows(data, ...keys) {
 }
 
 // The events stream: calls onFrame(kind, data) per event, onState("on"|"off", message) as the
-// connection comes and goes, and reconnects with backoff until stop() is called.
-export function subscribe(onFrame, onState) {
+// connection comes and goes, and reconnects with backoff until stop() is called. `params`
+// (e.g. "?job=7") asks for job events too (`job` frames).
+export function subscribe(onFrame, onState, params = "") {
   let stopped = false;
   let controller = null;
   let delay = 500;
@@ -85,7 +86,7 @@ export function subscribe(onFrame, onState) {
     while (!stopped) {
       controller = new AbortController();
       try {
-        const res = await fetch(`${BASE}/events`, { headers: headers({ Accept: "text/event-stream" }), signal: controller.signal });
+        const res = await fetch(`${BASE}/events${params}`, { headers: headers({ Accept: "text/event-stream" }), signal: controller.signal });
         if (res.status === 401) {
           window.dispatchEvent(new CustomEvent("jobrun:unauthorized"));
           onState("off", "unauthorized");

@@ -1,8 +1,10 @@
-// One job: payload, state, version, attempts (who ran it, when, outcome, error, traceback,
+// One job: payload, state, version, its timeline (every recorded transition: who claimed,
+// retried, cancelled it and when), attempts (who ran it, when, outcome, error, traceback,
 // result, captured log); cancel and retry guarded by the version shown: a page that went stale
-// gets the server's 409 and shows it, never overwriting a newer state.
+// gets the server's 409 and shows it, never overwriting a newer state. The page keeps its own
+// stream of the job's events (`?job=ID`): each one redraws it from the API, the record.
 
-import { ApiError, get, post, rows } from "../api.js";
+import { ApiError, get, post, rows, subscribe } from "../api.js";
 import { duration, failure, h, json, loading, replace, status, when } from "../ui.js";
 
 export async function render({ root, route }) {
@@ -18,7 +20,14 @@ export async function render({ root, route }) {
     const j = data?.job ?? data;
     let history = data?.history;
     if (!Array.isArray(history)) history = rows(await get(`/jobs/${encodeURIComponent(id)}/attempts`), "attempts");
-    return { ...j, history };
+    let events = [];
+    let eventsError = null;  // the page still shows the job when its timeline cannot be read
+    try {
+      events = rows(await get(`/jobs/${encodeURIComponent(id)}/events`), "events");
+    } catch (err) {
+      eventsError = err;
+    }
+    return { ...j, history, events, eventsError };
   }
 
   async function act(action) {
@@ -66,6 +75,10 @@ export async function render({ root, route }) {
             j.schedule ? [h("dt", {}, "schedule"), h("dd", {}, h("a", { href: `#/schedules/${encodeURIComponent(j.schedule)}` }, j.schedule))] : null,
             j.traceparent ? [h("dt", {}, "traceparent"), h("dd", { class: "mono" }, j.traceparent)] : null)),
         h("div", {}, h("h2", {}, "Payload"), json(j.payload))),
+      h("h2", {}, `Timeline (${j.events.length})`),
+      j.eventsError ? failure(j.eventsError, "Could not read the timeline")
+        : j.events.length ? h("ol", { id: "timeline", class: "timeline" }, j.events.map(step))
+        : h("p", { class: "state empty", id: "timeline-empty" }, "No transitions recorded (jobrun events mode)."),
       h("h2", {}, `Attempts (${attempts.length})`),
       attempts.length ? attempts.map(attempt) : h("p", { class: "state empty" }, j.status === "queued" ? "Not run yet: it waits for a master serving its queue." : "No finished attempt."));
   }
@@ -74,7 +87,7 @@ export async function render({ root, route }) {
     try {
       const fresh = await fetchJob();
       if (disposed) return;
-      const changed = !job || fresh.version !== job.version || fresh.history.length !== job.history.length || fresh.status !== job.status;
+      const changed = !job || fresh.version !== job.version || fresh.history.length !== job.history.length || fresh.status !== job.status || fresh.events.length !== job.events.length;
       job = fresh;
       if (changed) draw();
     } catch (err) {
@@ -83,10 +96,44 @@ export async function render({ root, route }) {
   }
 
   await refresh();
+  // Its first frame (snapshot) comes once every later transition of the job will reach it:
+  // reading the job again then closes the gap since the read above.
+  const stream = subscribe((kind) => {
+    if (disposed) return;
+    if (kind === "snapshot") root.dataset.jobStream = "live";
+    if (kind === "job" || kind === "snapshot") refresh();
+  }, () => {}, `?job=${encodeURIComponent(id)}`);
   return {
     live(frame) { if (!frame.error && job && !["succeeded"].includes(job.status)) refresh(); },
-    dispose() { disposed = true; },
+    dispose() { disposed = true; stream.stop(); },
   };
+}
+
+// One transition, in words: what happened, by whom, and what it left to come.
+function step(e) {
+  const d = e.detail || {};
+  const by = e.actor ? ` by ${e.actor}` : "";
+  const on = e.owner ? ` on ${e.owner}` : "";
+  const later = d.delay !== undefined ? `, runs again in ${duration(Number(d.delay))}` : "";
+  const outcome = e.outcome ? ` (${e.outcome})` : "";
+  const words = {
+    enqueued: `enqueued${by}${d.run_at ? `, to run at ${d.run_at}` : ""}`,
+    claimed: `claimed${on}, attempt ${e.attempt}`,
+    started: `started${on}, attempt ${e.attempt}`,
+    cancel_requested: `cancel requested${by}`,
+    changed: `changed${by}`,
+    succeeded: `succeeded${on}`,
+    dead: `dead${outcome}${on}${d.error ? `: ${d.error}` : ""}`,
+    cancelled: `cancelled${e.owner ? on : by}`,
+    retried: `attempt ${e.attempt} ended${outcome}${later}`,
+    released: `released at shutdown${on}, back in its queue`,
+    reaped: `lease expired${on}: requeued${later}`,
+    given_back: `given back unstarted${on}`,
+    requeued: `put back in its queue${by}`,
+    lease_lost: `lease lost${on}${d.reason ? `: ${d.reason}` : ""}`,
+  }[e.event] || e.event;
+  return h("li", { dataset: { event: e.event, seq: e.seq } },
+    h("span", { class: "when" }, when(e.at)), " ", h("span", { class: `status ${e.event}` }, e.event), " ", words);
 }
 
 function attempt(a) {
