@@ -98,8 +98,12 @@ class JobFrames:
         return HEADER.pack(len(body)) + body
 
 
+_decode = json.JSONDecoder().decode  # one decoder (json.loads looks its options up each call)
+
+
 def decode(body: bytes) -> dict[str, Any]:
-    return json.loads(body)
+    """A frame's JSON (always UTF-8: a str decodes without json.loads' encoding sniffing)."""
+    return _decode(body.decode())
 
 
 _PAYLOAD_KEY = b',"payload":'

@@ -33,6 +33,7 @@ from jobrun.worker.handout import HandOut
 from jobrun.worker.lifecycle import Service, backoff_sleep
 from jobrun.worker.metrics import Metrics
 from jobrun.worker.child import Inflight
+from jobrun.worker.tally import JobTally
 
 log = logging.getLogger("jobrun.master")
 PLAIN_RETRY = 1.0  # seconds of claim_jobs after claim_plain said it did not apply
@@ -45,8 +46,10 @@ class Claimer(Service):
                  handout: HandOut, metrics: Metrics,
                  on_db_ok: Callable[[], None],
                  unwritten: Callable[[], list[Any]] = list,
-                 holding: Callable[[], Iterable[Inflight]] = tuple) -> None:
+                 holding: Callable[[], Iterable[Inflight]] = tuple,
+                 tally: JobTally | None = None) -> None:
         super().__init__()
+        self.tally = JobTally(metrics) if tally is None else tally  # the master's one
         self.db = Connector.of(dsn)  # a master's, or one of its own for a DSN
         self.q = queries
         self.owner = owner
@@ -72,7 +75,6 @@ class Claimer(Service):
         self.backlogged = False  # the last claim came back full: jobs wait in the queue
         self._announced = 0  # notifications so far: one that arrives during a claim undries
         self._last_claim = 0.0
-        self._waits: dict[str, Any] = {}
         self._unclaims: set[asyncio.Task] = set()
         self._returning: dict[asyncio.Task, list[str]] = {}  # give-backs in flight: queues
         self._turn = 0  # round_robin: the queue that goes first in the next claim
@@ -175,10 +177,7 @@ class Claimer(Service):
         if rows:
             self.metrics.claim_batch.observe(len(rows))
             for row in rows:
-                wait = self._waits.get(row["queue"])
-                if wait is None:
-                    wait = self._waits[row["queue"]] = self.metrics.wait.labels(row["queue"])
-                wait.observe(max(0.0, row["waited"]))
+                self.tally.wait(row["queue"], max(0.0, row["waited"]))
         if len(rows) == limit and not orphans:
             self.wake()  # there may be more (not when rows went back: no child wants them)
         return 0

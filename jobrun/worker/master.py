@@ -141,7 +141,7 @@ class Master:
         self.claimer = Claimer(self.db, self.q, self.owner, s,
                                HandOut(self.children, self.dispatcher, s, self.owner), m,
                                on_db_ok=self.note_db_ok, unwritten=self.completer.unwritten,
-                               holding=self.children.holding)
+                               holding=self.children.holding, tally=self.dispatcher.tally)
         self.notifier = Notifier(self.db, self.q.listen_ready, set(s.queues), self.claimer.wake_for_jobs,
                                  on_db_error=m.db_errors.labels("listen").inc)
         self.elector = Elector(self.db, self.q, self.owner, ttl=s.schedule_lease_ttl, metrics=m,

@@ -1,49 +1,63 @@
-"""The job counters and run-time histograms, tallied per event-loop turn.
+"""The per-job counters and histograms, tallied per event-loop turn.
 
-Every result the master records adds to ``jobrun_jobs_total`` and (for a job that ran) to
-``jobrun_job_duration_seconds``. Done one job at a time through prometheus_client, that is a
-lock and a loop over the buckets each, a tenth of what the master spends on a noop job. The
-tally keeps plain counts (one dict entry a label set, one bucket index a run time) as results
-come in, on the event loop only, and adds them to the families at the end of the loop's turn:
-``inc(n)`` once a label set, each bucket's count once. A scrape (served on the same loop) sees
-every result recorded before the turn it runs in.
+Every job the master claims adds to ``jobrun_job_wait_seconds``; every result it records to
+``jobrun_jobs_total`` and (for a job that ran) ``jobrun_job_duration_seconds``. Done one job
+at a time through prometheus_client, that is a lock and a loop over the buckets each: a tenth
+of what the master spent on a noop job. The tally keeps plain counts (one dict entry a label
+set, one bucket index a value) as jobs come and go, on the event loop only, and adds them to
+the families at the end of the loop's turn: ``inc(n)`` once a label set, each bucket's count
+once. A scrape (served on the same loop) sees every job recorded before the turn it runs in.
 
-A family teed into OpenTelemetry (worker/otelmetrics.py) is given each run time as before:
-its instrument records values, not counts.
+A family teed into OpenTelemetry (worker/otelmetrics.py) is given each value as before: its
+instrument records values, not counts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-from typing import Any
+from typing import Any, Callable
 
 from prometheus_client import Histogram
 
-from jobrun.worker.metrics import DURATION_BUCKETS
+from jobrun.worker.metrics import DURATION_BUCKETS, WAIT_BUCKETS
+
+# A histogram's tally: [count per bucket (the last: above every bound, +Inf)..., sum, values].
+_Entry = list
 
 
 class JobTally:
     def __init__(self, metrics: Any) -> None:
-        self.metrics = metrics  # .jobs and .duration: read at each flush (a tee may replace them)
+        self.metrics = metrics  # its families are read at each flush (a tee may replace them)
         self._counts: dict[tuple[str, str, str], int] = {}
-        self._times: dict[tuple[str, str], list] = {}  # -> [bucket counts..., sum, values]
-        self._counters: dict[tuple[str, str, str], Any] = {}
-        self._histograms: dict[tuple[str, str], Any] = {}
+        self._durations: dict[tuple[str, ...], _Entry] = {}
+        self._waits: dict[tuple[str, ...], _Entry] = {}
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
         self._due = False
 
+    # --- as jobs come and go (event loop) -------------------------------------------------
+
     def count(self, queue: str, task: str, outcome: str) -> None:
+        """A job of ``task`` ended with ``outcome``: jobrun_jobs_total."""
         key = (queue, task, outcome)
         self._counts[key] = self._counts.get(key, 0) + 1
         self._soon()
 
     def duration(self, queue: str, task: str, seconds: float) -> None:
-        entry = self._times.get((queue, task))
+        """How long an attempt ran: jobrun_job_duration_seconds."""
+        self._add(self._durations, (queue, task), DURATION_BUCKETS, seconds)
+
+    def wait(self, queue: str, seconds: float) -> None:
+        """How long a claimed job waited, runnable: jobrun_job_wait_seconds."""
+        self._add(self._waits, (queue,), WAIT_BUCKETS, seconds)
+
+    def _add(self, table: dict, key: tuple[str, ...], bounds: tuple, value: float) -> None:
+        entry = table.get(key)
         if entry is None:
-            entry = self._times[(queue, task)] = [0] * (len(DURATION_BUCKETS) + 1) + [0.0, []]
-        entry[bisect.bisect_left(DURATION_BUCKETS, seconds)] += 1  # (le: the first bound >= it)
-        entry[-2] += seconds
-        entry[-1].append(seconds)
+            entry = table[key] = [0] * (len(bounds) + 1) + [0.0, []]
+        entry[bisect.bisect_left(bounds, value)] += 1  # (le: the first bound >= the value)
+        entry[-2] += value
+        entry[-1].append(value)
         self._soon()
 
     def _soon(self) -> None:
@@ -54,27 +68,36 @@ class JobTally:
             except RuntimeError:  # no loop (a test driving the dispatcher): at once
                 self.flush()
 
+    # --- once a loop turn -----------------------------------------------------------------
+
     def flush(self) -> None:
         self._due = False
         counts, self._counts = self._counts, {}
         for key, n in counts.items():
-            counter = self._counters.get(key)
-            if counter is None:
-                counter = self._counters[key] = self.metrics.jobs.labels(*key)
-            counter.inc(n)
-        times, self._times = self._times, {}
-        for key, entry in times.items():
-            histogram = self._histograms.get(key)
-            if histogram is None:
-                histogram = self._histograms[key] = self.metrics.duration.labels(*key)
+            self._child("jobs", key).inc(n)
+        durations, self._durations = self._durations, {}
+        self._flush(durations, "duration")
+        waits, self._waits = self._waits, {}
+        self._flush(waits, "wait")
+
+    def _child(self, family: str, key: tuple[str, ...]) -> Any:
+        child = self._children.get((family, key))
+        if child is None:
+            child = self._children[(family, key)] = getattr(self.metrics, family).labels(*key)
+        return child
+
+    def _flush(self, table: dict, family: str) -> None:
+        for key, entry in table.items():
+            histogram = self._child(family, key)
             if isinstance(histogram, Histogram):
-                # The family's own bucket values (the last is +Inf), counts added at once
-                # rather than one observe() a job: what observe() does, n times.
+                # The family's own bucket values (the last is +Inf), each count added at
+                # once: what observe() does, n times over.
                 buckets = histogram._buckets  # noqa: SLF001
                 for i, n in enumerate(entry[:-2]):
                     if n:
                         buckets[i].inc(n)
                 histogram._sum.inc(entry[-2])  # noqa: SLF001
             else:
-                for seconds in entry[-1]:
-                    histogram.observe(seconds)
+                observe: Callable[[float], None] = histogram.observe
+                for value in entry[-1]:
+                    observe(value)

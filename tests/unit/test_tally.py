@@ -9,13 +9,13 @@ from hypothesis import given, settings, strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobrun.worker.metrics import DURATION_BUCKETS, Metrics
+from jobrun.worker.metrics import DURATION_BUCKETS, WAIT_BUCKETS, Metrics
 from jobrun.worker.tally import JobTally
 from tests.profiles import examples
 
 labels = st.tuples(st.sampled_from(["default", "emails"]), st.sampled_from(["a", "b"]))
 runs = st.lists(st.tuples(labels, st.sampled_from(["succeeded", "failed"]),
-                          st.one_of(st.sampled_from([0.0, *DURATION_BUCKETS, 4000.0]),
+                          st.one_of(st.sampled_from([0.0, *DURATION_BUCKETS, *WAIT_BUCKETS, 4000.0]),
                                     st.floats(0, 4000, allow_nan=False))), max_size=60)
 
 
@@ -23,7 +23,7 @@ def samples(metrics: Metrics) -> dict:
     text = generate_latest(metrics.registry).decode()
     out = {}
     for family in text_string_to_metric_families(text):
-        if family.name in ("jobrun_jobs", "jobrun_job_duration_seconds"):
+        if family.name in ("jobrun_jobs", "jobrun_job_duration_seconds", "jobrun_job_wait_seconds"):
             for s in family.samples:
                 if not s.name.endswith("_created"):
                     out[(s.name, tuple(sorted(s.labels.items())))] = s.value
@@ -38,8 +38,10 @@ def test_the_tally_exposes_what_one_observe_a_job_would(jobs):
     for (queue, task), outcome, took in jobs:
         direct.jobs.labels(queue, task, outcome).inc()
         direct.duration.labels(queue, task).observe(took)
+        direct.wait.labels(queue).observe(took)
         tally.count(queue, task, outcome)
         tally.duration(queue, task, took)
+        tally.wait(queue, took)
     tally.flush()
     got, want = samples(tallied), samples(direct)
     assert got.keys() == want.keys()
