@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal, Optional
 import psycopg
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
-from pydantic import Field, StrictBool, StrictStr
+from pydantic import AfterValidator, Field, StrictBool, StrictStr
 
 from jobrun.policy import DEFAULT_RETRY
 from jobrun.store import db as store_db
@@ -45,6 +45,7 @@ from jobrun.web.models import MAX_BATCH, VERSION_MAX, WholeInt, _Strict, _whole
 from jobrun.web.routes_jobs import Reply
 from jobrun.web.workertokens import WorkerScope
 from jobrun import validate
+from jobrun.errors import InvalidInput
 
 router = APIRouter(prefix="/api/v1")
 MAX_WAIT = 30.0         # seconds a claim may wait for a job
@@ -65,6 +66,20 @@ QueueName = Annotated[StrictStr, Field(pattern=_whole(validate.QUEUE_RE))]
 TaskName = Annotated[StrictStr, Field(pattern=_whole(validate.TASK_RE))]
 Id = Annotated[WholeInt, Field(ge=1, le=VERSION_MAX)]
 Token = Annotated[WholeInt, Field(ge=0, le=VERSION_MAX)]
+
+
+def _storable(text: str) -> str:
+    """Text the database can hold: no NUL, no lone surrogate (not UTF-8)."""
+    if "\x00" in text:
+        raise ValueError("a NUL character cannot be stored")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a lone surrogate is not valid UTF-8") from None
+    return text
+
+
+Text = Annotated[StrictStr, AfterValidator(_storable)]
 
 
 class Registration(_Strict):
@@ -97,13 +112,13 @@ class Outcome(_Strict):
     token: Token
     outcome: Literal["succeeded", "failed", "retry", "cancelled", "released"]
     result: Any = Field(None, description="succeeded: any JSON value")
-    error: Optional[StrictStr] = Field(None, max_length=MAX_ERROR)
-    traceback: Optional[StrictStr] = Field(None, max_length=MAX_TRACEBACK)
+    error: Optional[Text] = Field(None, max_length=MAX_ERROR)
+    traceback: Optional[Text] = Field(None, max_length=MAX_TRACEBACK)
     retry_in: Optional[float] = Field(None, ge=0, le=validate.MAX_DELAY,
                                       description="failed, retry: seconds before the next"
                                                   " attempt (default: the backoff)")
     permanent: StrictBool = Field(False, description="failed: no further attempt")
-    log: Optional[StrictStr] = Field(None, max_length=MAX_LOG)
+    log: Optional[Text] = Field(None, max_length=MAX_LOG)
 
 
 class Outcomes(_Strict):
@@ -231,10 +246,10 @@ async def outcomes(request: Request, worker: WorkerId, body: Outcomes):
     results = []
     for o in items:
         try:
-            results.append(json.dumps(o.result, allow_nan=False) if o.outcome == "succeeded" else None)
-        except ValueError:
-            raise ApiError("validation_failed", f"job {o.id}: the result is not JSON"
-                           " (NaN or Infinity)", {"result": "JSON"}) from None
+            results.append(validate.result(o.result) if o.outcome == "succeeded" else None)
+        except InvalidInput as exc:
+            raise ApiError("validation_failed", f"job {o.id}: the result is not storable: {exc}",
+                           {f"outcomes.{o.id}.result": str(exc)}) from None
     database = request.app.state.db
     params = {
         "ids": [o.id for o in items], "tokens": [o.token for o in items],

@@ -4,6 +4,7 @@ scoped worker tokens, and bad input answered in one line with nothing changed.""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -200,13 +201,20 @@ def test_worker_tokens_are_scoped(server, client):
     ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "failed",
                                        "error": "e" * 5000}]}, 422),
     ("WORKER/renew", {"jobs": [{"id": "1; drop table", "token": 1}]}, 422),
+    ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "failed",
+                                       "error": "nul \u0000 here"}]}, 422),
+    ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "failed",
+                                       "log": "half \ud800 a pair"}]}, 422),
+    ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "succeeded",
+                                       "result": "nul \u0000"}]}, 422),
 ])
 def test_bad_input_is_one_line_and_changes_nothing(server, pg_dsn, web_schema, path, body, status):
     with http(server) as api:
         if path.startswith("WORKER"):
             path = f"/workers/{register(api, name='bad')}" + path[len("WORKER"):]
         before = everything(pg_dsn, web_schema)
-        r = api.post(path, json=body)
+        r = api.post(path, content=json.dumps(body),  # ASCII: a lone surrogate as an escape
+                     headers={"Content-Type": "application/json"})
         assert r.status_code == status, r.text
         message = r.json()["message"]
         assert message and "\n" not in message
