@@ -118,6 +118,10 @@ class Outcome(_Strict):
                                       description="failed, retry: seconds before the next"
                                                   " attempt (default: the backoff)")
     permanent: StrictBool = Field(False, description="failed: no further attempt")
+    max_attempts: Optional[WholeInt] = Field(
+        None, ge=validate.MAX_ATTEMPTS_MIN, le=validate.MAX_ATTEMPTS_MAX,
+        description="failed, retry: the task's own limit, applied when lower than the job's"
+                    " (as a master applies a task's max_attempts)")
     log: Optional[Text] = Field(None, max_length=MAX_LOG)
 
 
@@ -261,6 +265,12 @@ async def outcomes(request: Request, worker: WorkerId, body: Outcomes):
     try:
         async with database.pool.connection() as conn:
             async with conn.transaction() as tx:
+                capped = [o for o in items if o.max_attempts is not None
+                          and o.outcome in ("failed", "retry")]
+                if capped:  # rare: a task whose limit is below its jobs'
+                    await conn.execute(database.q.cap_max_attempts, {
+                        "ids": [o.id for o in capped], "tokens": [o.token for o in capped],
+                        "limits": [o.max_attempts for o in capped], "owner": worker})
                 cur = await conn.execute(database.q.remote_finish, params)
                 accepted = {r["job_id"] for r in await cur.fetchall()}
                 stale = [o.id for o in items if o.id not in accepted]
