@@ -41,7 +41,7 @@ from pydantic import AfterValidator, Field, StrictBool, StrictStr
 from jobrun.policy import DEFAULT_RETRY
 from jobrun.store import db as store_db
 from jobrun.web.envelope import ApiError, responses
-from jobrun.web.models import MAX_BATCH, VERSION_MAX, WholeInt, _Strict, _whole
+from jobrun.web.models import MAX_BATCH, VERSION_MAX, WholeInt, _Strict, _whole, stated, ATTEMPTS_RULE
 from jobrun.web.routes_jobs import Reply
 from jobrun.web.workertokens import WorkerScope
 from jobrun import validate
@@ -64,8 +64,8 @@ WorkerId = Annotated[str, Path(description="The id register gave (remote:NAME:HE
                                pattern=WORKER_PATTERN, max_length=90)]
 QueueName = Annotated[StrictStr, Field(pattern=_whole(validate.QUEUE_RE))]
 TaskName = Annotated[StrictStr, Field(pattern=_whole(validate.TASK_RE))]
-Id = Annotated[WholeInt, Field(ge=1, le=VERSION_MAX)]
-Token = Annotated[WholeInt, Field(ge=0, le=VERSION_MAX)]
+Id = Annotated[WholeInt, Field(ge=1, le=VERSION_MAX, **stated(minimum=1, maximum=VERSION_MAX))]
+Token = Annotated[WholeInt, Field(ge=0, le=VERSION_MAX, **stated(minimum=0, maximum=VERSION_MAX))]
 
 
 def _storable(text: str) -> str:
@@ -79,7 +79,7 @@ def _storable(text: str) -> str:
     return text
 
 
-Text = Annotated[StrictStr, AfterValidator(_storable)]
+Text = Annotated[StrictStr, AfterValidator(_storable), Field(**stated(pattern="^[^\\x00]*$"))]
 
 
 class Registration(_Strict):
@@ -88,13 +88,15 @@ class Registration(_Strict):
     queues: list[QueueName] = Field(min_length=1, max_length=64)
     tasks: list[TaskName] = Field([], max_length=MAX_BATCH,
                                   description="The tasks it can run (shown; not a filter)")
-    credits: WholeInt = Field(ge=1, le=MAX_CREDITS, description="Jobs it may hold at once")
+    credits: WholeInt = Field(ge=1, le=MAX_CREDITS, description="Jobs it may hold at once",
+                              **stated(minimum=1, maximum=MAX_CREDITS))
     version: Optional[StrictStr] = Field(None, max_length=64, pattern=r"^[ -~]*$")
 
 
 class ClaimRequest(_Strict):
     max: WholeInt = Field(ge=1, le=MAX_CREDITS, description="Jobs wanted (its free credits);"
-                                                           " at most its credits")
+                                                           " at most its credits",
+                          **stated(minimum=1, maximum=MAX_CREDITS))
     wait: float = Field(0.0, ge=0, le=MAX_WAIT, description="Seconds to wait for a job")
 
 
@@ -119,7 +121,7 @@ class Outcome(_Strict):
                                                   " attempt (default: the backoff)")
     permanent: StrictBool = Field(False, description="failed: no further attempt")
     max_attempts: Optional[WholeInt] = Field(
-        None, ge=validate.MAX_ATTEMPTS_MIN, le=validate.MAX_ATTEMPTS_MAX,
+        None, ge=validate.MAX_ATTEMPTS_MIN, le=validate.MAX_ATTEMPTS_MAX, **ATTEMPTS_RULE,
         description="failed, retry: the task's own limit, applied when lower than the job's"
                     " (as a master applies a task's max_attempts)")
     log: Optional[Text] = Field(None, max_length=MAX_LOG)
