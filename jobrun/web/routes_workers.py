@@ -57,8 +57,8 @@ MAX_LOG = 64 * 1024
 SEEN_CACHE = 5.0        # seconds a worker's queues are trusted without reading its row
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 WORKER_PATTERN = r"^remote:[A-Za-z0-9][A-Za-z0-9_.-]{0,63}:[0-9a-f]{16}$"
-PROTOCOL = ("unauthorized", "forbidden", "validation_failed", "invalid_json", "internal_error",
-            "unavailable")
+PROTOCOL = ("unauthorized", "forbidden", "validation_failed", "invalid_json", "payload_too_large",
+            "internal_error", "unavailable")
 
 WorkerId = Annotated[str, Path(description="The id register gave (remote:NAME:HEX)",
                                pattern=WORKER_PATTERN, max_length=90)]
@@ -240,8 +240,7 @@ async def renew(request: Request, worker: WorkerId, body: Leases):
                   "lease_ttl": settings.lease_ttl})
 
 
-@router.post("/workers/{worker}/outcomes", responses=responses(*PROTOCOL, "not_found", "conflict",
-                                                               "payload_too_large"),
+@router.post("/workers/{worker}/outcomes", responses=responses(*PROTOCOL, "not_found", "conflict"),
              summary="Report how attempts ended (all or nothing; 409 for a lost lease)")
 async def outcomes(request: Request, worker: WorkerId, body: Outcomes):
     await _known(request, worker)
