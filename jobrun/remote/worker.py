@@ -41,7 +41,7 @@ from jobrun.logs import event
 from jobrun.remote.http import ApiError, Channel, Unreachable
 
 log = logging.getLogger("jobrun.remote")
-CLAIM_WAIT = 10.0     # seconds a claim waits on the server for a job
+CLAIM_WAIT = 5.0      # seconds a claim waits on the server for a job (and a stop, at most)
 BATCH = 200           # outcomes per report at most
 MAX_LOG = 60 * 1024   # characters of an attempt's log sent
 PAUSE_MAX = 5.0       # longest pause between tries while the server is unreachable
@@ -334,9 +334,12 @@ class RemoteWorker:
         if self.running:
             await asyncio.wait(list(self.running.values()), timeout=1.0)
         deadline = time.monotonic() + max(5.0, self.ttl / 2)
-        while self.outbox and time.monotonic() < deadline:
-            self._changed.set()
-            await asyncio.sleep(0.05)  # the reporter sends; leases held are renewed meanwhile
+        while self.outbox and time.monotonic() < deadline:  # the reporter sends them
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
+            except TimeoutError:
+                break
 
     async def _say_goodbye(self) -> None:
         try:

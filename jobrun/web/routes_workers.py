@@ -209,10 +209,12 @@ async def claim(request: Request, worker: WorkerId, body: ClaimRequest):
             rows = await _rows(request, database.q.claim_jobs, params)
             jobs = [r for r in rows if r["id"] is not None]
             left = deadline - time.monotonic()
-            if jobs or left <= 0 or await request.is_disconnected():
+            if jobs or left <= 0:
                 break
             retries = [r["retry"] for r in rows if r["id"] is None and r["retry"] is not None]
             await waiter.wait(min([left, FLOOR, *(max(0.05, r) for r in retries)]))
+            if await request.is_disconnected():  # gone: claim nothing it would never hear of
+                break
             params["turn"] += 1
     return Reply({"jobs": [_job(r) for r in jobs], "lease_ttl": settings.lease_ttl})
 

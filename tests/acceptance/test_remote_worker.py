@@ -5,6 +5,7 @@ the reaper's statement requeues."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -78,6 +79,13 @@ def test_python_worker_runs_sync_and_async_handlers(setup, client, pg_dsn, web_s
     try:
         wait_for(lambda: settled(client, ids + [echo, broken, refused, unknown]), timeout=60,
                  interval=0.1, message="the jobs to settle")
+        # Beside the masters in `jobrun workers`: its address, name and credits.
+        listed = subprocess.run([sys.executable, "-m", "jobrun", "workers", "--json"],
+                                env=web_env(pg_dsn, web_schema), capture_output=True, text=True,
+                                timeout=60)
+        [row] = [w for w in json.loads(listed.stdout) if w["app"] == "py-test"]
+        assert (row["host"], row["pid"], row["concurrency"]) == ("127.0.0.1", 0, 4)
+        assert row["owner"].startswith("remote:py-test:")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, output(proc)
