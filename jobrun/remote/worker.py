@@ -36,7 +36,7 @@ from typing import Any
 
 from jobrun import validate
 from jobrun.app import App, Job, TaskDef
-from jobrun.errors import Cancelled, InvalidInput, Permanent, Retry
+from jobrun.errors import Cancelled, InvalidInput, JobrunError, Permanent, Retry
 from jobrun.logs import event
 from jobrun.remote.http import ApiError, Channel, Unreachable
 
@@ -141,6 +141,9 @@ class RemoteWorker:
                     "name": self.o.name, "queues": self.queues, "credits": self.o.slots,
                     "tasks": sorted(self.app.tasks)[:1000], "version": _version()})
                 break
+            except ApiError as exc:  # refused (token, scope, a bad name): one line, exit 1
+                raise JobrunError(f"{self.o.url} refused to register this worker: {exc.status}"
+                                  f" {exc.code}: {exc.message}") from None
             except Unreachable as exc:
                 failures += 1
                 event(log, logging.WARNING, "remote.unreachable", error=str(exc), retry=failures)

@@ -148,3 +148,22 @@ def test_killed_worker_lease_is_reaped(setup, client, pg_dsn, web_schema, tmp_pa
         wait_for(reaped, timeout=TTL + 10, interval=0.2, message="the expired lease to be reaped")
     [attempt] = client.attempts(job)
     assert attempt.outcome == "lease_expired" and owner in attempt.error
+
+
+def test_a_refused_registration_is_one_line(setup, tmp_path):
+    web, _, _ = setup
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-token-0123456789\n")
+    wrong.chmod(0o600)
+    done = subprocess.run([sys.executable, "-m", "jobrun", "worker", "--url", web.base,
+                           "--token-file", str(wrong), "-A", "tests.apps.remoteapp"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("jobrun: error: ")
+    assert "401 unauthorized" in done.stderr and "Traceback" not in done.stderr
+    assert "not-the-token" not in done.stderr + done.stdout
+    wrong.chmod(0o644)
+    done = subprocess.run([sys.executable, "-m", "jobrun", "worker", "--url", web.base,
+                           "--token-file", str(wrong), "-A", "tests.apps.remoteapp"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "readable by others" in done.stderr
