@@ -93,3 +93,23 @@ def test_limits_are_released_as_for_a_master(conn, schema, client):
     assert finish(conn, schema, [(first, got[first]["lease_token"], "succeeded", False, None)]) \
         == {first}
     assert list(claim(conn, schema, "capped", 2)) == [second]
+
+
+def test_the_checker_names_each_broken_rule(conn, schema, client):
+    """tests/invariants.py's remote_attempts can fail: a database that breaks each rule."""
+    from tests.invariants import remote_attempts
+
+    named, beyond, missing, fine = (client.enqueue("t", i).job.id for i in range(4))
+    got = claim(conn, schema, "default", 4)
+    assert finish(conn, schema, [(i, got[i]["lease_token"], "succeeded", False, None)
+                                 for i in (named, beyond, missing, fine)]) == set(got)
+    s = f'"{schema}"'
+    conn.execute(f"UPDATE {s}.job_attempts SET worker_pid = 7 WHERE job_id = %s", [named])
+    conn.execute(f"UPDATE {s}.job_attempts SET lease_token = 99 WHERE job_id = %s", [beyond])
+    conn.execute(f"UPDATE {s}.jobs SET lease_token = lease_token + 1 WHERE id = %s", [missing])
+    found = remote_attempts(conn, schema)
+    assert sorted(found) == sorted([
+        ("remote attempt not naming its worker", named),
+        ("attempt under a token never issued", beyond),
+        ("remote job finished without its attempt", beyond),
+        ("remote job finished without its attempt", missing)])
