@@ -251,3 +251,26 @@ def test_unregister(server):
         assert api.delete(f"/workers/{worker}").status_code == 204
         assert api.post(f"/workers/{worker}/claim", json={"max": 1}).status_code == 404
         assert api.delete(f"/workers/{worker}").status_code == 404
+
+
+def test_a_bad_worker_token_file_is_one_line_at_start(pg_dsn, web_schema, tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "workers"
+    env = web_env(pg_dsn, web_schema)
+
+    def start(text: str, mode: int = 0o600):
+        path.write_text(text)
+        path.chmod(mode)
+        return subprocess.run([sys.executable, "-m", "jobrun", "web", "--bind", "127.0.0.1:0",
+                               "--worker-token-file", str(path)], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    for text, mode, says in ((f"{MAIL} mail\n", 0o644, "readable by others: chmod 600 it"),
+                             (f"{MAIL} ma/il\n", 0o600, "line 1: invalid queue name"),
+                             (f"{MAIL}\n", 0o600, "line 1: a token and its queues")):
+        done = start(text, mode)
+        assert done.returncode == 1, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert line.startswith("jobrun: error: ") and says in line and MAIL not in line
