@@ -11,11 +11,15 @@ INSERT INTO {schema}.workers (owner, host, pid, app, queues, concurrency, busy, 
 VALUES (%(owner)s, %(host)s, 0, %(name)s, %(queues)s, %(credits)s, 0, %(version)s, %(tasks)s)
 
 -- name: remote_seen
--- Mark a remote worker seen now (and how many jobs it holds, when given); returns its queues and credits, no row if it is unknown (never registered, or purged as stale).
-UPDATE {schema}.workers
-   SET last_seen = now(), busy = coalesce(%(busy)s::integer, busy)
- WHERE owner = %(owner)s AND pid = 0
-RETURNING queues, concurrency AS credits
+-- Mark a remote worker seen now (and how many jobs it holds, when given) if the caller's `scope` (NULL: any) covers its queues; returns its queues, credits and whether it was allowed, no row if it is unknown (never registered, or purged as stale).
+UPDATE {schema}.workers w
+   SET last_seen = CASE WHEN %(scope)s::text[] IS NULL OR w.queues <@ %(scope)s::text[]
+                        THEN now() ELSE w.last_seen END,
+       busy = CASE WHEN %(scope)s::text[] IS NULL OR w.queues <@ %(scope)s::text[]
+                   THEN coalesce(%(busy)s::integer, w.busy) ELSE w.busy END
+ WHERE w.owner = %(owner)s AND w.pid = 0
+RETURNING w.queues, w.concurrency AS credits,
+          %(scope)s::text[] IS NULL OR w.queues <@ %(scope)s::text[] AS allowed
 
 -- name: remote_forget
 -- Remove a remote worker's row (it said goodbye); returns it if there was one.

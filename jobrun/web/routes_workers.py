@@ -154,15 +154,17 @@ async def _rows(request: Request, query: str, params: dict[str, Any]) -> list[di
 
 async def _worker(request: Request, worker: str, busy: int | None = None) -> dict[str, Any]:
     """The worker's row (marked seen), or 404; 403 when the token does not cover its queues."""
-    found = await _rows(request, request.app.state.db.q.remote_seen,
-                        {"owner": worker, "busy": busy})
+    scope = _scope(request)
+    found = await _rows(request, request.app.state.db.q.remote_seen, {
+        "owner": worker, "busy": busy, "scope": None if scope is None else sorted(scope.queues)})
     if not found:
         raise ApiError("not_found", f"unknown worker {worker}: register again")
+    if not found[0]["allowed"]:  # the statement changed nothing then
+        _allowed(request, found[0]["queues"])
     seen = request.app.state.remote_seen
     if len(seen) > 10_000:  # a bound; entries are only a shortcut
         seen.clear()
     seen[worker] = (time.monotonic(), found[0]["queues"])
-    _allowed(request, found[0]["queues"])
     return found[0]
 
 

@@ -35,6 +35,7 @@ def server(pg_dsn, web_schema, tmp_path_factory):
             c.declare_queue(name)
     with WebProcess(web_env(pg_dsn, web_schema), "--token-file", str(admin),
                     "--worker-token-file", str(workers)) as web:
+        web.pg_dsn, web.schema = pg_dsn, web_schema
         yield web
 
 
@@ -167,10 +168,18 @@ def test_worker_tokens_are_scoped(server, client):
         assert mail.post("/workers", json={"name": "x", "queues": ["other"],
                                            "credits": 1}).status_code == 403
         worker = register(other, queues=("other",))
-        for path in (f"/workers/{worker}/claim", f"/workers/{worker}/renew"):
-            body = {"max": 1} if path.endswith("claim") else {"jobs": []}
-            r = mail.post(path, json=body)
-            assert r.status_code == 403 and r.json()["code"] == "forbidden"
+        with psycopg.connect(server.pg_dsn) as conn:
+            seen = f'SELECT last_seen FROM "{server.schema}".workers WHERE owner = %s'
+            before = conn.execute(seen, [worker]).fetchone()
+            for path in (f"/workers/{worker}/claim", f"/workers/{worker}/renew",
+                         f"/workers/{worker}/outcomes"):
+                body = {"max": 1} if path.endswith("claim") else {"jobs": []} \
+                    if path.endswith("renew") else {"outcomes": [{"id": 1, "token": 1,
+                                                                  "outcome": "succeeded"}]}
+                r = mail.post(path, json=body)
+                assert r.status_code == 403 and r.json()["code"] == "forbidden"
+            assert mail.delete(f"/workers/{worker}").status_code == 403
+            assert conn.execute(seen, [worker]).fetchone() == before  # not even marked seen
         # Nothing else of the API: not enqueue, not reads, not cancel, not the worker list.
         for method, path, body in (("POST", "/jobs", {"task": "t", "queue": "mail"}),
                                    ("GET", "/jobs", None), ("GET", "/queues", None),
