@@ -41,9 +41,9 @@ def worker(
     queue: Annotated[Optional[list[str]], typer.Option(
         "-Q", "--queue", metavar="NAME", show_default=False,
         help="Repeatable: a queue to serve (default: the queues of the app's tasks).")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", metavar="NAME", show_default=False,
-                                                help="Shown in `jobrun workers` (default: the host name).")]
-    = None,
+    name: Annotated[Optional[str], typer.Option(
+        "--name", metavar="NAME", show_default=False,
+        help="Shown in `jobrun workers` (default: the host name).")] = None,
     grace: Annotated[float, typer.Option("--grace", metavar="SECONDS",
                                          help="At SIGTERM, time running jobs get to finish.")]
     = 30.0,

@@ -351,7 +351,8 @@ class RemoteWorker:
             pass
 
 
-def _failure(exc: BaseException, task: TaskDef, job: Job, permanent: bool = False) -> dict[str, Any]:
+def _failure(exc: BaseException, task: TaskDef, job: Job,
+             permanent: bool = False) -> dict[str, Any]:
     """A failed attempt: its error line, traceback and (retried) the task's own backoff."""
     try:
         text = str(exc)

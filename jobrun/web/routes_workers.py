@@ -41,7 +41,8 @@ from pydantic import AfterValidator, Field, StrictBool, StrictStr
 from jobrun.policy import DEFAULT_RETRY
 from jobrun.store import db as store_db
 from jobrun.web.envelope import ApiError, responses
-from jobrun.web.models import MAX_BATCH, VERSION_MAX, WholeInt, _Strict, _whole, stated, ATTEMPTS_RULE
+from jobrun.web.models import (ATTEMPTS_RULE, MAX_BATCH, VERSION_MAX, WholeInt, _Strict, _whole,
+                               stated)
 from jobrun.web.routes_jobs import Reply
 from jobrun.web.workertokens import WorkerScope
 from jobrun import validate
@@ -201,8 +202,9 @@ async def claim(request: Request, worker: WorkerId, body: ClaimRequest):
     database = request.app.state.db
     settings = request.app.state.settings
     queues = row["queues"]
-    params = {"queues": queues, "rooms": [None] * len(queues), "limit": min(body.max, row["credits"]),
-              "owner": worker, "ttl": settings.lease_ttl, "order": settings.queue_order,
+    params = {"queues": queues, "rooms": [None] * len(queues),
+              "limit": min(body.max, row["credits"]), "owner": worker,
+              "ttl": settings.lease_ttl, "order": settings.queue_order,
               "turn": 0, "nqueues": max(1, len(queues))}
     deadline = time.monotonic() + body.wait
     with request.app.state.wakeups.waiter(queues) as waiter:
