@@ -26,16 +26,17 @@ RETURNING w.queues, w.concurrency AS credits,
 DELETE FROM {schema}.workers WHERE owner = %(owner)s AND pid = 0 RETURNING owner
 
 -- name: remote_finish
--- End a remote worker's attempts through finish_jobs, each guarded by owner, token and status, its fate decided here as policy.decide would (failed: queued after the hint or the default backoff, dead at max_attempts or when permanent); returns the ids accepted.
+-- End a remote worker's attempts through finish_jobs, all or none: each guarded by owner, token and status, its fate decided here as policy.decide would (failed: queued after the hint or the default backoff, dead at max_attempts or when permanent); returns each id with whether it was accepted, and when any lease is not held (stale) none is finished.
 -- kinds: succeeded, failed, retry, cancelled or released (the worker stopped before it ran to
--- its end: back at once, the attempt given back). The job's attempts are read under the same
--- guard finish_jobs applies, so a stale report reads no row and finishes nothing.
+-- its end: back at once, the attempt given back). The held leases are locked (in id order)
+-- as they are read, so none can be reaped between that read and finish_jobs: the answer is
+-- exact, and one statement (no transaction block) is all the call costs.
 WITH r AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(kinds)s::text[],
                          %(permanents)s::boolean[], %(delays)s::float8[], %(errors)s::text[],
                          %(tracebacks)s::text[], %(results)s::text[], %(logs)s::text[])
            AS r(id, token, kind, permanent, delay, error, traceback, result, log)
-), d AS (
+), d AS MATERIALIZED (
     SELECT r.*,
            CASE WHEN r.kind IN ('succeeded', 'cancelled') THEN r.kind
                 WHEN r.kind = 'released' THEN 'queued'
@@ -50,16 +51,21 @@ WITH r AS (
       FROM r JOIN {schema}.jobs j
         ON j.id = r.id AND j.lease_token = r.token AND j.lease_owner = %(owner)s
        AND j.status COLLATE "C" = 'leased'  -- lookups by id: see "Guards by id" in queries.sql
+     ORDER BY j.id
+       FOR UPDATE OF j
 ), a AS (
     SELECT array_agg(id) AS ids, array_agg(token) AS tokens, array_agg(status) AS statuses,
            array_agg(kind) AS outcomes, array_agg(wait) AS delays, array_agg(error) AS errors,
            array_agg(traceback) AS tracebacks, array_agg(result) AS results,
            array_agg(log) AS logs, array_agg(refund) AS refunds
       FROM d
+     WHERE (SELECT count(*) FROM d) = (SELECT count(*) FROM r)  -- all held, or none finished
 )
-SELECT f.job_id
+SELECT f.job_id, true AS accepted
   FROM a, {schema}.finish_jobs(
               ids => a.ids, tokens => a.tokens, statuses => a.statuses, outcomes => a.outcomes,
               channel => {ready_channel}, owner => %(owner)s::text, delays => a.delays,
               errors => a.errors, tracebacks => a.tracebacks, results => a.results,
               logs => a.logs, refunds => a.refunds, host => %(owner)s::text) AS f(job_id)
+UNION ALL
+SELECT r.id, false FROM r WHERE NOT EXISTS (SELECT FROM d WHERE d.id = r.id)

@@ -28,6 +28,7 @@ only on workers whose queues are; the admin token may do anything.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -132,6 +133,10 @@ class Outcomes(_Strict):
     outcomes: list[Outcome] = Field(min_length=1, max_length=MAX_BATCH)
 
 
+def _nothing():
+    return contextlib.AsyncExitStack()  # no transaction block: remote_finish is all or none
+
+
 def _scope(request: Request) -> WorkerScope | None:
     """The worker token's scope; None for the admin token (or a server without tokens)."""
     return request.scope.get("state", {}).get("worker_scope")
@@ -165,17 +170,19 @@ async def _worker(request: Request, worker: str, busy: int | None = None) -> dic
     seen = request.app.state.remote_seen
     if len(seen) > 10_000:  # a bound; entries are only a shortcut
         seen.clear()
-    seen[worker] = (time.monotonic(), found[0]["queues"])
+    seen[worker] = (time.monotonic(), found[0])
     return found[0]
 
 
-async def _known(request: Request, worker: str) -> None:
-    """As :func:`_worker`, from a recent read when there is one (no round trip)."""
+async def _known(request: Request, worker: str) -> dict[str, Any]:
+    """As :func:`_worker`, from a read of the last SEEN_CACHE s when there is one (no round
+    trip: a claim or a report costs one statement). Renewals always read and mark the row, so
+    a worker that renews stays seen."""
     seen = request.app.state.remote_seen.get(worker)
     if seen is None or time.monotonic() - seen[0] > SEEN_CACHE:
-        await _worker(request, worker)
-    else:
-        _allowed(request, seen[1])
+        return await _worker(request, worker)
+    _allowed(request, seen[1]["queues"])
+    return seen[1]
 
 
 @router.post("/workers", status_code=201, responses=responses(*PROTOCOL),
@@ -198,7 +205,7 @@ async def register(request: Request, body: Registration):
 @router.post("/workers/{worker}/claim", responses=responses(*PROTOCOL, "not_found"),
              summary="Claim jobs, waiting for one up to `wait` seconds")
 async def claim(request: Request, worker: WorkerId, body: ClaimRequest):
-    row = await _worker(request, worker)
+    row = await _known(request, worker)
     database = request.app.state.db
     settings = request.app.state.settings
     queues = row["queues"]
@@ -271,18 +278,18 @@ async def outcomes(request: Request, worker: WorkerId, body: Outcomes):
         "factor": DEFAULT_RETRY.factor, "cap": DEFAULT_RETRY.cap}
     try:
         async with database.pool.connection() as conn:
-            async with conn.transaction() as tx:
-                capped = [o for o in items if o.max_attempts is not None
-                          and o.outcome in ("failed", "retry")]
-                if capped:  # rare: a task whose limit is below its jobs'
+            capped = [o for o in items
+                      if o.max_attempts is not None and o.outcome in ("failed", "retry")]
+            async with conn.transaction() if capped else _nothing():
+                if capped:  # rare: a task whose limit is below its jobs' (one transaction)
                     await conn.execute(database.q.cap_max_attempts, {
                         "ids": [o.id for o in capped], "tokens": [o.token for o in capped],
                         "limits": [o.max_attempts for o in capped], "owner": worker})
                 cur = await conn.execute(database.q.remote_finish, params)
-                accepted = {r["job_id"] for r in await cur.fetchall()}
-                stale = [o.id for o in items if o.id not in accepted]
-                if stale:
-                    raise psycopg.Rollback(tx)  # all or nothing: the call changes nothing
+                rows = await cur.fetchall()
+                stale = [r["job_id"] for r in rows if not r["accepted"]]
+                if stale and capped:
+                    raise psycopg.Rollback()  # the caps too: the call changes nothing
     except psycopg.Error as exc:
         raise store_db.translate(exc, database.client.dsn, database.q.schema) from None
     if stale:

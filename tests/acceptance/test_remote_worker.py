@@ -84,7 +84,7 @@ def test_python_worker_runs_sync_and_async_handlers(setup, client, pg_dsn, web_s
                                 env=web_env(pg_dsn, web_schema), capture_output=True, text=True,
                                 timeout=60)
         [row] = [w for w in json.loads(listed.stdout) if w["app"] == "py-test"]
-        assert (row["host"], row["pid"], row["concurrency"]) == ("127.0.0.1", 0, 4)
+        assert (row["host"], row["pid"], row["concurrency"]) == ("127.0.0.1", 0, 8)  # 2 x slots
         assert row["owner"].startswith("remote:py-test:")
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -26,7 +26,7 @@ def finish(conn, schema, rows, owner=OWNER):
         "delays": [r[4] for r in rows], "errors": ["e"] * n, "tracebacks": [None] * n,
         "results": ["{\"ok\": 1}"] * n, "logs": [None] * n, "owner": owner,
         "base": DEFAULT_RETRY.base, "factor": DEFAULT_RETRY.factor, "cap": DEFAULT_RETRY.cap,
-    }).fetchall()}
+    }).fetchall() if r["accepted"]}
 
 
 @pytest.fixture
@@ -81,6 +81,15 @@ def test_stale_token_or_another_owner_changes_nothing(conn, schema, client):
     assert finish(conn, schema, [(job, token, "succeeded", False, None)]) == {job}
     assert finish(conn, schema, [(job, token, "failed", False, None)]) == set()  # twice: no
     assert len(client.attempts(job)) == 1
+
+
+def test_one_stale_lease_finishes_none_of_the_call(conn, schema, client):
+    a, b = (client.enqueue("t", i).job.id for i in range(2))
+    got = claim(conn, schema, "default", 2)
+    assert finish(conn, schema, [(a, got[a]["lease_token"], "succeeded", False, None),
+                                 (b, got[b]["lease_token"] + 1, "succeeded", False, None)]) == set()
+    assert client.get(a).status == "leased" and client.attempts(a) == []
+    assert finish(conn, schema, [(a, got[a]["lease_token"], "succeeded", False, None)]) == {a}
 
 
 def test_limits_are_released_as_for_a_master(conn, schema, client):
