@@ -17,6 +17,8 @@ its claim and leaves when the server accepted its outcome, or when the server sa
 was lost (a renewal's ``lost``, or a report's 409): then its outcome is dropped, since
 another worker may run the job now. A renewal that says a job's cancel was requested
 cancels an async handler (the job ends ``cancelled``); a sync handler runs to its end.
+A task's ``time_limit`` is enforced on async handlers (cancelled, outcome ``timeout``, retried
+as a failure); a thread cannot be stopped, so a sync handler's is not.
 
 On SIGTERM or SIGINT (recorded by the handler; the loop acts): no more claims; running jobs
 get ``grace`` seconds to finish and be reported; async handlers still running then are
@@ -234,11 +236,17 @@ class RemoteWorker:
                     "error": "a transactional task needs a database connection: run it on a master"}
         try:
             if task.is_async:
-                value = await task.fn(job)
+                value = await asyncio.wait_for(task.fn(job), task.time_limit or None)
             else:
                 context = contextvars.copy_context()
                 value = await asyncio.get_running_loop().run_in_executor(
                     self._pool, context.run, task.fn, job)
+        except TimeoutError as exc:
+            if not task.is_async or not task.time_limit:
+                return _failure(exc, task, job)  # the handler's own, not its time limit
+            outcome = _failure(exc, task, job)
+            outcome.update(outcome="timeout", error=f"time limit ({task.time_limit:g} s) exceeded")
+            return outcome
         except Retry as exc:
             outcome = {"outcome": "retry", "retry_in": exc.delay, "error": str(exc)}
             if task.max_attempts and task.max_attempts < job.max_attempts:

@@ -27,8 +27,8 @@ DELETE FROM {schema}.workers WHERE owner = %(owner)s AND pid = 0 RETURNING owner
 
 -- name: remote_finish
 -- End a remote worker's attempts through finish_jobs, all or none: each guarded by owner, token and status, its fate decided here as policy.decide would (failed: queued after the hint or the default backoff, dead at max_attempts or when permanent); returns each id with whether it was accepted, and when any lease is not held (stale) none is finished.
--- kinds: succeeded, failed, retry, cancelled or released (the worker stopped before it ran to
--- its end: back at once, the attempt given back). The held leases are locked (in id order)
+-- kinds: succeeded, failed, retry, timeout (a failure: its time limit ran out), cancelled or
+-- released (the worker stopped before it ran to its end: back at once, the attempt given back). The held leases are locked (in id order)
 -- as they are read, so none can be reaped between that read and finish_jobs: the answer is
 -- exact, and one statement (no transaction block) is all the call costs.
 WITH r AS (

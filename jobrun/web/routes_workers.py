@@ -7,7 +7,7 @@ A remote worker holds no database credentials; it speaks to `jobrun web`::
                                     `wait` s for one (a long poll woken by the masters' channel)
     POST   /workers/{id}/renew      extend the leases it holds, in one call
     POST   /workers/{id}/outcomes   end attempts: succeeded (result), failed (error, retry_in,
-                                    permanent), retry, cancelled, released; with logs
+                                    permanent), retry, timeout, cancelled, released; with logs
     DELETE /workers/{id}            goodbye
 
 Everything a master's claim, heartbeat and completion guarantee holds here, because the same
@@ -114,17 +114,18 @@ class Leases(_Strict):
 class Outcome(_Strict):
     id: Id
     token: Token
-    outcome: Literal["succeeded", "failed", "retry", "cancelled", "released"]
+    outcome: Literal["succeeded", "failed", "retry", "timeout", "cancelled", "released"]
     result: Any = Field(None, description="succeeded: any JSON value")
     error: Optional[Text] = Field(None, max_length=MAX_ERROR)
     traceback: Optional[Text] = Field(None, max_length=MAX_TRACEBACK)
-    retry_in: Optional[float] = Field(None, ge=0, le=validate.MAX_DELAY,
-                                      description="failed, retry: seconds before the next"
-                                                  " attempt (default: the backoff)")
+    retry_in: Optional[float] = Field(
+        None, ge=0, le=validate.MAX_DELAY,
+        description="failed, retry, timeout: seconds before the next attempt (default: the"
+                    " backoff)")
     permanent: StrictBool = Field(False, description="failed: no further attempt")
     max_attempts: Optional[WholeInt] = Field(
         None, ge=validate.MAX_ATTEMPTS_MIN, le=validate.MAX_ATTEMPTS_MAX, **ATTEMPTS_RULE,
-        description="failed, retry: the task's own limit, applied when lower than the job's"
+        description="failed, retry, timeout: the task's own limit, when lower than the job's"
                     " (as a master applies a task's max_attempts)")
     log: Optional[Text] = Field(None, max_length=MAX_LOG)
 
@@ -279,7 +280,7 @@ async def outcomes(request: Request, worker: WorkerId, body: Outcomes):
     try:
         async with database.pool.connection() as conn:
             capped = [o for o in items
-                      if o.max_attempts is not None and o.outcome in ("failed", "retry")]
+                      if o.max_attempts is not None and o.outcome in ("failed", "retry", "timeout")]
             async with conn.transaction() if capped else _nothing():
                 if capped:  # rare: a task whose limit is below its jobs' (one transaction)
                     await conn.execute(database.q.cap_max_attempts, {

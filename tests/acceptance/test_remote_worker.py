@@ -75,9 +75,11 @@ def test_python_worker_runs_sync_and_async_handlers(setup, client, pg_dsn, web_s
     broken = client.enqueue("remote.broken", None, queue="remote").job.id
     refused = client.enqueue("remote.refuse", None, queue="remote").job.id
     unknown = client.enqueue("remote.nobody", None, queue="remote").job.id
+    overtime = client.enqueue("remote.overtime", None, queue="remote").job.id
     proc = start_worker(setup, "--slots", "4")
     try:
-        wait_for(lambda: settled(client, ids + [echo, broken, refused, unknown]), timeout=60,
+        wait_for(lambda: settled(client, ids + [echo, broken, refused, unknown, overtime]),
+                 timeout=60,
                  interval=0.1, message="the jobs to settle")
         # Beside the masters in `jobrun workers`: its address, name and credits.
         listed = subprocess.run([sys.executable, "-m", "jobrun", "workers", "--json"],
@@ -99,6 +101,9 @@ def test_python_worker_runs_sync_and_async_handlers(setup, client, pg_dsn, web_s
     assert "always broken" in client.attempts(broken)[-1].error
     assert client.get(refused).status == "dead" and len(client.attempts(refused)) == 1
     assert "unknown task" in client.attempts(unknown)[0].error
+    [late] = client.attempts(overtime)
+    assert (late.outcome, client.get(overtime).status) == ("timeout", "dead")
+    assert "time limit (0.2 s) exceeded" in late.error
     with psycopg.connect(pg_dsn) as conn:
         assert remote_attempts(conn, web_schema) == []
         assert nothing_lost(conn, web_schema) == []

@@ -52,3 +52,8 @@ def wait_sync(job: jobrun.Job):
     while not os.path.exists(job.payload):
         time.sleep(0.02)
     return "done"
+
+
+@app.task("remote.overtime", queue="remote", time_limit=0.2, max_attempts=1)
+async def overtime(job: jobrun.Job):
+    await asyncio.sleep(60)
