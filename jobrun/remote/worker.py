@@ -106,6 +106,7 @@ class RemoteWorker:
         self._pool = ThreadPoolExecutor(options.slots, thread_name_prefix="jobrun-handler")
         self.credits = 2 * options.slots  # running plus as many waiting (see the docstring)
         self._slots: asyncio.Semaphore | None = None
+        self._singly = 0  # reports to send one outcome at a time (after a refused batch)
 
     # --- signals: record only ---------------------------------------------------------------
 
@@ -152,9 +153,13 @@ class RemoteWorker:
                     "name": self.o.name, "queues": self.queues, "credits": self.credits,
                     "tasks": sorted(self.app.tasks)[:1000], "version": _version()})
                 break
-            except ApiError as exc:  # refused (token, scope, a bad name): one line, exit 1
-                raise JobrunError(f"{self.o.url} refused to register this worker: {exc.status}"
-                                  f" {exc.code}: {exc.message}") from None
+            except ApiError as exc:
+                if exc.status < 500:  # refused (token, scope, a bad name): one line, exit 1
+                    raise JobrunError(f"{self.o.url} refused to register this worker:"
+                                      f" {exc.status} {exc.code}: {exc.message}") from None
+                failures += 1  # the server's trouble (its database down): try again
+                event(log, logging.WARNING, "remote.server_error", error=str(exc), retry=failures)
+                await self._pause(failures)
             except Unreachable as exc:
                 failures += 1
                 event(log, logging.WARNING, "remote.unreachable", error=str(exc), retry=failures)
@@ -194,8 +199,15 @@ class RemoteWorker:
                     event(log, logging.WARNING, "remote.forgotten", worker=self.worker_id)
                     self.held.clear()
                     await self._register()
-                    continue
-                raise
+                elif exc.status >= 500:  # the server's trouble: try again after a pause
+                    failures += 1
+                    event(log, logging.WARNING, "remote.server_error", error=str(exc),
+                          retry=failures)
+                    await self._pause(failures)
+                else:  # refused (its token no longer covers it): one line, exit 1
+                    raise JobrunError(f"{self.o.url} refused a claim: {exc.status} {exc.code}:"
+                                      f" {exc.message}") from None
+                continue
             for frame in reply["jobs"]:
                 self.held[frame["id"]] = frame["token"]
                 if self.stopping:  # claimed as the stop came: straight back to the queue
@@ -224,6 +236,9 @@ class RemoteWorker:
             self.running.pop(job.id, None)
         if lines:
             outcome["log"] = "\n".join(lines)[-MAX_LOG:]
+        for key in ("error", "traceback", "log"):  # text the server can store
+            if isinstance(outcome.get(key), str):
+                outcome[key] = _storable(outcome[key])
         self._finish(frame, outcome)
 
     async def _outcome(self, job: Job) -> dict[str, Any]:
@@ -248,7 +263,7 @@ class RemoteWorker:
             outcome.update(outcome="timeout", error=f"time limit ({task.time_limit:g} s) exceeded")
             return outcome
         except Retry as exc:
-            outcome = {"outcome": "retry", "retry_in": exc.delay, "error": str(exc)}
+            outcome = {"outcome": "retry", "retry_in": exc.delay, "error": str(exc)[:2000]}
             if task.max_attempts and task.max_attempts < job.max_attempts:
                 outcome["max_attempts"] = task.max_attempts
             return outcome
@@ -299,11 +314,22 @@ class RemoteWorker:
                     self._settled([o for o in batch if o["id"] in lost])
                 elif exc.status == 404:
                     self._settled(batch)  # forgotten: its leases went with it
-                else:  # refused as bad: say why, and give the jobs back to the reaper
-                    event(log, logging.ERROR, "remote.report_refused", error=exc.message)
+                elif exc.status >= 500:  # the server's trouble: kept, sent again
+                    failures += 1
+                    event(log, logging.WARNING, "remote.server_error", error=str(exc),
+                          retry=failures)
+                    await self._pause(failures)
+                elif len(batch) > 1:  # one of them is refused: find it, sending one by one
+                    self._singly = len(batch)
+                else:  # refused as bad: say why, and leave the job to the reaper
+                    event(log, logging.ERROR, "remote.report_refused", job=batch[0]["id"],
+                          error=exc.message)
                     self._settled(batch)
 
     def _batch(self) -> list[dict[str, Any]]:
+        if self._singly:
+            self._singly -= 1
+            return self.outbox[:1]
         batch, size = [], 0
         for item in self.outbox[:BATCH]:
             weight = len(str(item.get("result", ""))) + len(item.get("log") or "") + 512
@@ -387,6 +413,11 @@ def _failure(exc: BaseException, task: TaskDef, job: Job,
         if task.max_attempts and task.max_attempts < job.max_attempts:
             outcome["max_attempts"] = task.max_attempts  # the task's limit, as a master's
     return outcome
+
+
+def _storable(text: str) -> str:
+    """``text`` without what the database refuses in text: NUL, lone surrogates."""
+    return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
 def _version() -> str:

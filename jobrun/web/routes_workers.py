@@ -39,6 +39,8 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 from pydantic import AfterValidator, Field, StrictBool, StrictStr
 
+from jobrun import validate
+from jobrun.errors import InvalidInput
 from jobrun.policy import DEFAULT_RETRY
 from jobrun.store import db as store_db
 from jobrun.web.envelope import ApiError, responses
@@ -46,8 +48,6 @@ from jobrun.web.models import (ATTEMPTS_RULE, MAX_BATCH, VERSION_MAX, WholeInt, 
                                stated)
 from jobrun.web.routes_jobs import Reply
 from jobrun.web.workertokens import WorkerScope
-from jobrun import validate
-from jobrun.errors import InvalidInput
 
 router = APIRouter(prefix="/api/v1")
 MAX_WAIT = 30.0         # seconds a claim may wait for a job

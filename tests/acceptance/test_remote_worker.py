@@ -76,9 +76,11 @@ def test_python_worker_runs_sync_and_async_handlers(setup, client, pg_dsn, web_s
     refused = client.enqueue("remote.refuse", None, queue="remote").job.id
     unknown = client.enqueue("remote.nobody", None, queue="remote").job.id
     overtime = client.enqueue("remote.overtime", None, queue="remote").job.id
+    hostile = client.enqueue("remote.hostile", None, queue="remote").job.id
     proc = start_worker(setup, "--slots", "4")
     try:
-        wait_for(lambda: settled(client, ids + [echo, broken, refused, unknown, overtime]),
+        wait_for(lambda: settled(client, ids + [echo, broken, refused, unknown, overtime,
+                                                hostile]),
                  timeout=60,
                  interval=0.1, message="the jobs to settle")
         # Beside the masters in `jobrun workers`: its address, name and credits.
@@ -104,6 +106,10 @@ def test_python_worker_runs_sync_and_async_handlers(setup, client, pg_dsn, web_s
     [late] = client.attempts(overtime)
     assert (late.outcome, client.get(overtime).status) == ("timeout", "dead")
     assert "time limit (0.2 s) exceeded" in late.error
+    # Text the database cannot hold is made storable, not a refused report.
+    [bad] = client.attempts(hostile)
+    assert bad.outcome == "failed" and "a NUL \ufffd in an error" in bad.error
+    assert "a NUL \ufffd and half a pair" in bad.log
     with psycopg.connect(pg_dsn) as conn:
         assert remote_attempts(conn, web_schema) == []
         assert nothing_lost(conn, web_schema) == []

@@ -57,3 +57,9 @@ def wait_sync(job: jobrun.Job):
 @app.task("remote.overtime", queue="remote", time_limit=0.2, max_attempts=1)
 async def overtime(job: jobrun.Job):
     await asyncio.sleep(60)
+
+
+@app.task("remote.hostile", queue="remote", max_attempts=1)
+def hostile(job: jobrun.Job):
+    log.warning("a NUL \x00 and half a pair \ud800 in a log line")
+    raise RuntimeError("a NUL \x00 in an error")
