@@ -332,7 +332,8 @@ class RemoteWorker:
             return self.outbox[:1]
         batch, size = [], 0
         for item in self.outbox[:BATCH]:
-            weight = len(str(item.get("result", ""))) + len(item.get("log") or "") + 512
+            weight = 128 + len(str(item.get("result", ""))) + sum(  # about its JSON's size
+                len(item.get(k) or "") for k in ("error", "traceback", "log"))
             if batch and size + weight > self.max_body // 2:
                 break
             batch.append(item)
