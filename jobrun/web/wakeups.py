@@ -52,7 +52,7 @@ class Waiter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.owner._waiters.discard(self)
+        self.owner._leave(self)
 
 
 class Wakeups:
@@ -60,6 +60,7 @@ class Wakeups:
         self.dsn = dsn
         self.listen = listen  # the LISTEN statement (query listen_ready)
         self._waiters: set[Waiter] = set()
+        self._by_queue: dict[str, set[Waiter]] = {}  # a notification touches its queue's only
         self._task: asyncio.Task | None = None
         self.notifications = 0  # read by tests
 
@@ -67,15 +68,25 @@ class Wakeups:
         """A waiter registered now (use it as a context manager: it leaves on exit)."""
         waiter = Waiter(self, queues)
         self._waiters.add(waiter)
+        for queue in waiter.queues:
+            self._by_queue.setdefault(queue, set()).add(waiter)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="jobrun-web-wakeups")
         return waiter
 
+    def _leave(self, waiter: Waiter) -> None:
+        self._waiters.discard(waiter)
+        for queue in waiter.queues:
+            others = self._by_queue.get(queue)
+            if others is not None:
+                others.discard(waiter)
+                if not others:
+                    del self._by_queue[queue]
+
     def wake(self, queue: str | None = None) -> None:
         """Wake the waiters of ``queue`` (None: every waiter)."""
-        for waiter in self._waiters:
-            if queue is None or queue in waiter.queues:
-                waiter.woken.set()
+        for waiter in self._waiters if queue is None else self._by_queue.get(queue, ()):
+            waiter.woken.set()
 
     async def _run(self) -> None:
         while self._waiters:
