@@ -258,3 +258,31 @@ def after_faults(conn, schema: str, *, ttl: float, reaper_period: float, settle:
         found.append(("never settled", None))
     found += violations(conn, schema, slack=ttl + reaper_period + slack, **rules)
     return Outcome(found, figures(conn, schema))
+
+
+# The worker protocol (/api/v1/workers, jobrun/web/routes_workers.py): an attempt a remote
+# worker ended names it (worker_host is its id, remote:NAME:HEX, and no pid or child); no
+# attempt row is under a token the job never had; each job a remote worker finished has
+# exactly one attempt row under its last token (no outcome accepted twice, or under a stale
+# token: the report's 409 changed nothing).
+REMOTE = """
+SELECT 'remote attempt not naming its worker', a.job_id FROM {schema}.job_attempts a
+ WHERE a.worker_host LIKE 'remote:%%'
+   AND (a.worker_pid IS NOT NULL OR a.worker_child IS NOT NULL
+        OR a.worker_host !~ '^remote:[A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}:[0-9a-f]{{16}}$')
+UNION ALL
+SELECT 'attempt under a token never issued', a.job_id FROM {schema}.job_attempts a
+  JOIN {schema}.jobs j ON j.id = a.job_id WHERE a.lease_token > j.lease_token
+UNION ALL
+SELECT 'remote job finished without its attempt', j.id FROM {schema}.jobs j
+ WHERE j.status IN ('succeeded', 'dead')
+   AND EXISTS (SELECT 1 FROM {schema}.job_attempts a
+                WHERE a.job_id = j.id AND a.worker_host LIKE 'remote:%%')
+   AND (SELECT count(*) FROM {schema}.job_attempts a
+         WHERE a.job_id = j.id AND a.lease_token = j.lease_token) <> 1
+"""
+
+
+def remote_attempts(conn, schema: str) -> list:
+    """The worker protocol's rules (REMOTE); each violation is (problem, job id)."""
+    return _run(conn, schema, REMOTE, {})

@@ -42,6 +42,7 @@ from jobrun.redact import redact, title_without_secrets, undecodable_argument
 from jobrun.store import db
 from jobrun.store import migrate as migrations
 from jobrun.web import cli as web_cli
+from jobrun.remote import cli as remote_cli
 
 app = typer.Typer(name="jobrun", help="A durable job queue on PostgreSQL.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
@@ -290,6 +291,7 @@ def stats(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
 
 
 app.command("web")(web_cli.web)
+app.command("worker")(remote_cli.worker)
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(queue_app, name="queue")
 ops_cli.register(app)      # config, embedded, events, roles, health, bench

@@ -26,7 +26,7 @@ def workers(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
         emit([dataclasses.asdict(m) for m in live])
     else:
         table(["host", "pid", "app", "queues", "busy", "version", "uptime", "last seen"],
-              [[m.host, m.pid, m.app, ",".join(m.queues), f"{m.busy}/{m.concurrency}", m.version,
+              [[m.host, m.pid or "remote", m.app, ",".join(m.queues), f"{m.busy}/{m.concurrency}", m.version,
                 observe.duration(m.uptime), observe.duration(m.last_seen_ago) + " ago"]
                for m in live], "no live masters")
     if stale:

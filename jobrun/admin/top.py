@@ -131,8 +131,8 @@ def render(snap: Snapshot | None, *, sort: str = "queue", paused: bool = False,
     mt = _grid(f"Masters ({len(snap.masters)} live{stale})", "host", "pid", "busy", "queues",
                "version", "uptime", "seen", names=("host", "queues", "version"))
     for m in snap.masters:
-        mt.add_row(m.host, str(m.pid), f"{m.busy}/{m.capacity}", ", ".join(m.queues),
-                   m.version or "", duration(m.uptime), duration(m.last_seen_ago) + " ago")
+        mt.add_row(m.host, str(m.pid) if m.pid else "remote", f"{m.busy}/{m.capacity}",
+                   ", ".join(m.queues), m.version or "", duration(m.uptime), duration(m.last_seen_ago) + " ago")
     parts += [Text(""), mt if snap.masters else Text(f"Masters: none live{stale}", style="bold")]
 
     # Two lines a failure: the task, and under it the error's first line, cut to the width

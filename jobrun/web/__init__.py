@@ -5,7 +5,8 @@ psycopg connection pool. It never claims jobs. Modules: ``server`` (bind, token,
 ``connections`` (request timeout, connection cap, stalled readers, streams at shutdown),
 ``app`` (assembly), ``guard`` (host, token, origin, body size), ``envelope`` (the error
 envelope), ``models`` (request bodies), ``routes_jobs`` and ``routes_observe`` (endpoints),
-``reads`` (the API's own read operations), ``pool`` (driving jobrun.ops over the pool).
+``reads`` (the API's own read operations), ``pool`` (driving jobrun.ops over the pool);
+the worker protocol: ``routes_workers``, ``wakeups`` (its long polls), ``workertokens``.
 """
 
 DEFAULT_BIND = "127.0.0.1:9120"  # loopback: a wider bind needs --token-file

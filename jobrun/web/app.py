@@ -13,9 +13,10 @@ from starlette.middleware.cors import CORSMiddleware
 
 from jobrun import __version__, config, foreign, sdnotify
 from jobrun.web import (access, envelope, events, models, routes_jobs, routes_observe, routes_queues,
-                        routes_schedules)
+                        routes_schedules, routes_workers)
 from jobrun.web.guard import HEALTHZ, Guard, Policy
 from jobrun.web.pool import Database
+from jobrun.web.wakeups import Wakeups
 
 BODY_MARGIN = 64 * 1024  # room for the envelope around a payload at its limit
 BATCH_FACTOR = 4         # a batch body may hold this many payloads at the limit
@@ -57,8 +58,10 @@ class Api(FastAPI):
 
 
 def create_app(settings: config.Settings, *, token: str | None = None,
-               allow_origins: tuple[str, ...] = (), hosts: frozenset[str] = frozenset()):
+               allow_origins: tuple[str, ...] = (), hosts: frozenset[str] = frozenset(),
+               worker_tokens=None):
     database = Database(settings)
+    wakeups = Wakeups(database.client.dsn, database.q.listen_ready)  # the worker protocol's
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -71,6 +74,7 @@ def create_app(settings: config.Settings, *, token: str | None = None,
         finally:
             notify.send(stopping=1)
             pinger.cancel()
+            await wakeups.close()
             await database.close()
             notify.close()
 
@@ -78,18 +82,22 @@ def create_app(settings: config.Settings, *, token: str | None = None,
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None,
                   dependencies=[Depends(known_query_only)])
     app.state.db = database
+    app.state.settings = settings
+    app.state.wakeups = wakeups
+    app.state.remote_seen = {}  # worker id: (when read, its queues) (routes_workers)
     app.openapi = lambda: with_bearer(  # type: ignore[method-assign]
         models.exact_bounds(FastAPI.openapi(app)))
     envelope.install(app)
     routers = (routes_jobs.router, routes_observe.router, routes_queues.router,
-               routes_schedules.router)
+               routes_schedules.router, routes_workers.router)
     for router in routers:
         app.include_router(router)
     app.state.routes = [route for router in routers for route in router.routes]  # for Allow
     events.install(app, database.client.dsn, database.q)  # GET /api/v1/events (the console's)
     limit = settings.max_payload_bytes + BODY_MARGIN
+    app.state.body_limit = limit
     policy = Policy(token=token, allow_origins=frozenset(allow_origins), hosts=hosts,
-                    body_limit=limit,
+                    body_limit=limit, worker_tokens=worker_tokens,
                     path_limits={"/api/v1/jobs/batch": BATCH_FACTOR * settings.max_payload_bytes
                                  + BODY_MARGIN})
     app.add_middleware(Guard, policy=policy)

@@ -18,6 +18,10 @@ def web(
         "--token-file", metavar="PATH", show_default=False,
         help="File holding the bearer token every request but /api/v1/healthz must carry"
              " (required to bind a non-loopback address).")] = None,
+    worker_token_file: Annotated[Optional[str], typer.Option(
+        "--worker-token-file", metavar="PATH", show_default=False,
+        help="File of worker tokens, one a line with the queues it may serve:"
+             " 'TOKEN queue,queue' (docs/workers-anywhere.md).")] = None,
     allow_origin: Annotated[Optional[list[str]], typer.Option(
         "--allow-origin", metavar="ORIGIN", show_default=False,
         help="Repeatable: a browser origin (scheme://host:port) allowed to change things"
@@ -45,4 +49,5 @@ def web(
     from jobrun.web.server import serve  # FastAPI is imported by this command alone
 
     origins = tuple(dict.fromkeys([*settings.web_allow_origins, *(allow_origin or ())]))
-    serve(settings, bind, token_file, origins, request_timeout, max_connections)
+    serve(settings, bind, token_file, origins, request_timeout, max_connections,
+          worker_token_file)

@@ -7,7 +7,10 @@ In order, for every HTTP request:
    gets a 403, not the API.
 2. **Token.** With a token configured, every request but ``/api/v1/healthz`` and a GET of the
    API explorer's page and document (``DOCS``) needs ``Authorization: Bearer <token>``,
-   compared in constant time; else 401. A browser loads a page without headers of its own, so
+   compared in constant time; else 401. A worker token (``--worker-token-file``,
+   jobrun.web.workertokens) opens the worker protocol alone, in its queues (the scope is put
+   in ``scope["state"]["worker_scope"]`` for the routes); any other route is a 403 to it. With
+   worker tokens configured, the protocol needs one of them (or the admin token). A browser loads a page without headers of its own, so
    the explorer must load before it can be given the token (its Authorize button); the page
    and the document hold no data, and every call made from the page needs the token.
 3. **Origin.** A mutation (any method but GET, HEAD, OPTIONS) that carries an Origin header
@@ -28,6 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from jobrun.web import workertokens
 from jobrun.web.envelope import error_response
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -53,6 +57,7 @@ class Policy:
     body_limit: int = 1024 * 1024 + 65536
     # Larger limits for some paths (the batch endpoint).
     path_limits: dict[str, int] = field(default_factory=dict)
+    worker_tokens: workertokens.WorkerTokens | None = None
 
 
 def loopback_hosts(host: str, port: int) -> frozenset[str]:
@@ -67,10 +72,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _bearer_ok(scope: Scope, token: str) -> bool:
+def _bearer(scope: Scope) -> str | None:
     given = _header(scope, b"authorization") or ""
     scheme, _, value = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def _bearer_ok(scope: Scope, token: str) -> bool:
+    given = _bearer(scope)
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
 
 
 def _open(scope: Scope) -> bool:
@@ -101,15 +111,38 @@ class Guard:
         host = _header(scope, b"host")
         if p.hosts and (host or "").lower() not in p.hosts:
             return error_response("forbidden", "this server does not answer to that Host header")
-        if p.token is not None and not _open(scope) and not _bearer_ok(scope, p.token):
-            return error_response("unauthorized", "missing or wrong bearer token",
-                                  headers={"WWW-Authenticate": "Bearer"})
+        refusal = self._token_refusal(scope)
+        if refusal is not None:
+            return refusal
         origin = _header(scope, b"origin")
         if scope["method"] not in SAFE_METHODS and origin is not None:
             own = f"{scope.get('scheme', 'http')}://{host}" if host else None
             if origin != own and origin not in p.allow_origins:
                 return error_response("forbidden", "cross-origin requests may not change anything")
         return None
+
+    def _token_refusal(self, scope: Scope):
+        """None when the request may go on (a worker token's scope noted in the scope)."""
+        p = self.policy
+        if _open(scope):
+            return None
+        protocol = workertokens.is_protocol(scope["method"], scope["path"])
+        if p.token is not None and _bearer_ok(scope, p.token):
+            return None
+        worker = None
+        if p.worker_tokens is not None:
+            given = _bearer(scope)
+            worker = p.worker_tokens.match(given) if given is not None else None
+        if worker is not None:
+            if not protocol:
+                return error_response("forbidden", "a worker token is for the worker protocol"
+                                      " (/api/v1/workers) only")
+            scope.setdefault("state", {})["worker_scope"] = worker
+            return None
+        if p.token is None and not (protocol and p.worker_tokens is not None):
+            return None  # no token configured for this route (a loopback server)
+        return error_response("unauthorized", "missing or wrong bearer token",
+                              headers={"WWW-Authenticate": "Bearer"})
 
     async def _bounded(self, scope: Scope, receive: Receive):
         """Read the whole body, up to the limit; replay it to the app."""

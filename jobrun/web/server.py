@@ -102,7 +102,7 @@ def _stopped(signum: int, frame: object) -> None:
 
 def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str | None = None,
           allow_origins: tuple[str, ...] = (), request_timeout: float = REQUEST_TIMEOUT,
-          max_connections: int | None = None) -> None:
+          max_connections: int | None = None, worker_token_file: str | None = None) -> None:
     import setproctitle
     import uvicorn
 
@@ -112,6 +112,9 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
 
     where = parse_bind(bind)
     token = read_token(token_file) if token_file else None
+    from jobrun.web import workertokens
+
+    worker_tokens = workertokens.read(worker_token_file) if worker_token_file else None
     if not where.loopback and token is None:
         raise InvalidInput(f"refusing to serve on {where.host}, which is not loopback, without"
                            " a token: give --token-file")
@@ -125,7 +128,8 @@ def serve(settings: config.Settings, bind: str = DEFAULT_BIND, token_file: str |
     tracing.configure("jobrun-web")  # OTEL_ENABLED=true: request spans over OTLP
     hosts = loopback_hosts(where.host, where.port) if where.loopback else frozenset()
     # The console's files at /, the guarded API at /api (jobrun/web/console).
-    app = console.beside(create_app(settings, token=token, allow_origins=origins, hosts=hosts))
+    app = console.beside(create_app(settings, token=token, allow_origins=origins, hosts=hosts,
+                                             worker_tokens=worker_tokens))
     limits = Limits.for_descriptors(descriptor_limit(), request_timeout, max_connections)
     socks = listen(where)
     setproctitle.setproctitle(f"jobrun web {where.host}:{where.port}")

@@ -76,6 +76,7 @@ BEYOND_SCHEMA = (
     "give run_at or delay",
     "the window ends",
     "has no fire time left",
+    "the result is not storable",  # a NUL or a lone surrogate in a remote worker's result
 )
 
 

@@ -18,8 +18,8 @@ import threading
 
 
 class HalfOpenProxy:
-    def __init__(self, target: str) -> None:
-        self.target = target  # PostgreSQL's Unix socket file
+    def __init__(self, target: str | tuple[str, int]) -> None:
+        self.target = target  # PostgreSQL's Unix socket file, or a TCP (host, port)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._flowing = threading.Event()
@@ -69,7 +69,8 @@ class HalfOpenProxy:
             if self._closed.is_set():
                 client.close()
                 return
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server = socket.socket(socket.AF_INET if isinstance(self.target, tuple)
+                                   else socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 server.connect(self.target)
             except OSError:

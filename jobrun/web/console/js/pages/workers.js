@@ -11,7 +11,7 @@ export function render({ root, frame }) {
     const masters = f.masters || [];
     replace(body,
       table([
-        { label: "master", cell: (m) => h("span", { class: "mono" }, `${m.host}:${m.pid}`) },
+        { label: "master", cell: (m) => h("span", { class: "mono" }, m.pid ? `${m.host}:${m.pid}` : `${m.host} (remote)`) },
         { label: "app", narrow: true, cell: (m) => m.app ?? "–" },
         { label: "queues", cell: (m) => (m.queues || []).map((q, i) => [i ? ", " : "", h("a", { href: `#/queues/${encodeURIComponent(q)}` }, q)]) },
         { label: "tasks", narrow: true, cell: (m) => (m.tasks ? m.tasks.join(", ") : "–") },
