@@ -320,8 +320,10 @@ _BATCH_BYTES = 1 << 20  # a "done" frame's results: at most this much text
 
 
 def _plain(result: dict[str, Any]) -> bool:
-    return (result.get("outcome") == SUCCEEDED and not result.get("recycle")
-            and not result.get("rss") and result.keys() <= _PLAIN)
+    """A success with nothing but its result and run time to tell (nothing logged)."""
+    if result.get("outcome") != SUCCEEDED or result.get("recycle") or result.get("rss"):
+        return False
+    return all(v is None for k, v in result.items() if k not in _PLAIN)
 
 
 def encode_results(results: list[dict[str, Any]]) -> bytes:

@@ -61,3 +61,11 @@ def test_plain_successes_share_one_frame_and_others_stand_alone():
         encode_results(ok[:3] + [failed] + ok[3:] + [logged]))]
     assert [f["t"] for f in frames] == ["done", "result", "done", "result"]
     assert frames[0]["id"] == [0, 1, 2] and frames[2]["id"] == [3, 4]
+
+
+def test_a_success_with_an_empty_log_is_plain():
+    """What the runtime builds for a job that logged nothing: a "log" of None."""
+    ok = [{"t": "result", "id": i, "token": 1, "outcome": "succeeded", "result": None,
+           "took": 0.001, "rss": 0, "recycle": False, "log": None} for i in range(3)]
+    frames = [protocol.decode(b) for b in protocol.FrameReader().feed(encode_results(ok))]
+    assert [f["t"] for f in frames] == ["done"]
