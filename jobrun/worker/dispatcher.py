@@ -213,10 +213,7 @@ class Dispatcher(Service):
         elif kind == "result":
             self._on_result(child, frame)
         elif kind == "done":
-            for job_id, token, took, result in zip(frame["id"], frame["token"], frame["took"],
-                                                   frame["result"]):
-                self._on_result(child, {"id": job_id, "token": token, "outcome": "succeeded",
-                                        "took": took, "result": result})
+            self._on_done(child, frame)
         else:
             event(log, logging.ERROR, "child.protocol_error", child=child.index, frame=kind)
 
@@ -248,13 +245,9 @@ class Dispatcher(Service):
         self.changed()
 
     def _on_result(self, child: Child, frame: dict[str, Any]) -> None:
-        job = child.running.get(frame.get("id"))  # type: ignore[arg-type]
-        if job is None or job.token != frame.get("token"):
-            event(log, logging.ERROR, "child.protocol_error", child=child.index,
-                  reason="result for a job it does not hold")
+        job = self._ended(child, frame.get("id"), frame.get("token"))
+        if job is None:
             return
-        self._finish(child, job)
-        child.jobs_done += 1
         child.rss = frame.get("rss", child.rss)
         key = (job.id, job.token)
         if key in self.fenced:
@@ -270,12 +263,44 @@ class Dispatcher(Service):
             self._observe(job, frame["outcome"], ran=True, took=frame.get("took"))
         else:
             self.settle(job, frame["outcome"], frame, child.index)
-        if frame.get("recycle"):
+        self._then(child, frame.get("recycle"))
+
+    def _on_done(self, child: Child, frame: dict[str, Any]) -> None:
+        """A "done" frame: plain successes, in the order they ended; each takes
+        ``_on_result``'s path, without a frame of its own to decode."""
+        fenced = self.fenced
+        for job_id, token, took, result in zip(frame["id"], frame["token"], frame["took"],
+                                               frame["result"]):
+            job = self._ended(child, job_id, token)
+            if job is None:
+                continue
+            if fenced and (job_id, token) in fenced:
+                fenced.discard((job_id, token))
+            else:
+                self.settle(job, SUCCEEDED, {"took": took, "result": result}, child.index)
+            self._then(child, None)
+
+    def _ended(self, child: Child, job_id: Any, token: Any) -> Inflight | None:
+        """The job a result names, no longer running in ``child``; None (logged) if the child
+        does not run it."""
+        job = child.running.get(job_id)
+        if job is None or job.token != token:
+            event(log, logging.ERROR, "child.protocol_error", child=child.index,
+                  reason="result for a job it does not hold")
+            return None
+        self._finish(child, job)
+        child.jobs_done += 1
+        return job
+
+    def _then(self, child: Child, recycle: str | None) -> None:
+        """What ``child`` does after a job ended: recycle, start what waits in its socket,
+        stop, or take jobs again."""
+        if recycle:
             self.children.retire(child)  # it exits by itself, without reading what it was sent
             self.give_back_queued(child, "child recycled")
-            self.metrics.child_exits.labels(f"recycle_{frame['recycle']}").inc()
+            self.metrics.child_exits.labels(f"recycle_{recycle}").inc()
             event(log, logging.INFO, "child.recycle", child=child.index, pid=child.pid,
-                  reason=frame["recycle"], jobs=child.jobs_done, rss_mb=child.rss >> 20)
+                  reason=recycle, jobs=child.jobs_done, rss_mb=child.rss >> 20)
             self._succeeded(child)
             self.replenish()  # its replacement starts while it exits (unless it stands by)
         elif child.queued or child.running:

@@ -45,19 +45,23 @@ class JobTally:
 
     def duration(self, queue: str, task: str, seconds: float) -> None:
         """How long an attempt ran: jobrun_job_duration_seconds."""
-        self._add(self._durations, (queue, task), DURATION_BUCKETS, seconds)
+        self._add(self._durations, (queue, task), DURATION_BUCKETS, seconds, "duration")
 
     def wait(self, queue: str, seconds: float) -> None:
         """How long a claimed job waited, runnable: jobrun_job_wait_seconds."""
-        self._add(self._waits, (queue,), WAIT_BUCKETS, seconds)
+        self._add(self._waits, (queue,), WAIT_BUCKETS, seconds, "wait")
 
-    def _add(self, table: dict, key: tuple[str, ...], bounds: tuple, value: float) -> None:
+    def _add(self, table: dict, key: tuple[str, ...], bounds: tuple, value: float,
+             family: str) -> None:
         entry = table.get(key)
         if entry is None:
-            entry = table[key] = [0] * (len(bounds) + 1) + [0.0, []]
+            # The values themselves are kept only for a family teed into OpenTelemetry.
+            teed = not isinstance(getattr(self.metrics, family), Histogram)
+            entry = table[key] = [0] * (len(bounds) + 1) + [0.0, [] if teed else None]
         entry[bisect.bisect_left(bounds, value)] += 1  # (le: the first bound >= the value)
         entry[-2] += value
-        entry[-1].append(value)
+        if entry[-1] is not None:
+            entry[-1].append(value)
         self._soon()
 
     def _soon(self) -> None:
