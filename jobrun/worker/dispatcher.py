@@ -3,7 +3,7 @@ new generation on reload, runs each handed-out job (time limit, lease snapshot),
 what comes back (a result frame, or the child's exit) into an outcome for the completer.
 
     spawn ──> STARTING ──ready──> IDLE <──> RESERVED/BUSY (worker/handout.py hands jobs out)
-    result frame ──> settle (policy.decide) ──> completer       exit ──> settle, respawn
+    result frame ──> settle (worker/outcomes.py) ──> completer    exit ──> settle, respawn
     jobs waiting in a child that will not run them ──> given back (uncounted)
 
 A child's state moves only through ``Children`` (worker/children.py, the table of moves): the
@@ -18,21 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from collections import Counter
 from typing import Any, Callable
 
 from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.logs import event
 from jobrun.policy import (
-    DEFAULT_RETRY, RELEASED, SUCCEEDED, TIMEOUT, WORKER_LOST, BootFailure, boot_failure, decide,
-    heartbeat_period,
-    max_attempts_for, max_crashes_for, retry_policies, run_time_average, start_failing,
+    RELEASED, SUCCEEDED, BootFailure, boot_failure, heartbeat_period, start_failing,
 )
-from jobrun.policy.retry import limit_to_record
-from jobrun.worker.child import ChildState
+from jobrun.worker.child import Child, ChildState, Inflight
 from jobrun.worker.children import Children
 from jobrun.worker.completer import Completion
 from jobrun.worker.exits import EXIT_BOOT_ERROR, describe_exit
@@ -40,9 +35,8 @@ from jobrun.worker.forkserver import child_limits
 from jobrun.worker.heartbeat import Lease
 from jobrun.worker.lifecycle import Service
 from jobrun.worker.metrics import Metrics
-from jobrun.worker.child import Child, Inflight
+from jobrun.worker.outcomes import Outcomes
 from jobrun.worker.supervisor import Supervisor
-from jobrun.worker.tally import JobTally
 
 log = logging.getLogger("jobrun.master")
 S = ChildState
@@ -73,14 +67,16 @@ class Dispatcher(Service):
         self.reload_failed = reload_failed  # (why): a new generation did not load
         self.target = settings.concurrency
         self._next_generation = 1
-        self.tasks: dict[str, dict[str, Any]] = {}
-        self._policies: dict[str, Any] = {}
-        self.fenced: set[tuple[int, int]] = set()  # added to by the heartbeater thread
+        # What results and exits become, and what is counted (worker/outcomes.py); the
+        # names below are its, shared.
+        self.results = Outcomes(settings, metrics, submit)
+        self.tasks = self.results.tasks
+        self.fenced = self.results.fenced  # added to by the heartbeater thread
+        self.settle = self.results.settle
         self.booted = asyncio.Event()
-        self.outcomes: Counter[str] = Counter()
-        # Recent run time per task (seconds, moving average): see policy.prefetch.
-        self.runtime: dict[str, float] = {}
-        self.tally = JobTally(metrics)
+        self.outcomes = self.results.counts
+        self.runtime = self.results.runtime  # recent run time per task: policy.prefetch
+        self.tally = self.results.tally
         self._early_deaths = 0
         self._free_indexes: list[int] = []
         self._next_index = 1
@@ -92,7 +88,7 @@ class Dispatcher(Service):
         await asyncio.Event().wait()  # callbacks do the work, on the event loop
 
     def reconfigure(self, settings: Settings) -> None:
-        self.settings = settings
+        self.settings = self.results.settings = settings
         self.target = settings.concurrency
         self.children.max_tasks = settings.max_tasks_per_child
         self.supervisor.configure(**child_limits(settings))
@@ -218,8 +214,7 @@ class Dispatcher(Service):
             event(log, logging.ERROR, "child.protocol_error", child=child.index, frame=kind)
 
     def _on_ready(self, child: Child, frame: dict[str, Any]) -> None:
-        self.tasks.update(frame.get("tasks", {}))
-        self._policies = retry_policies(self.tasks)
+        self.results.learn(frame.get("tasks", {}))
         child.rss = frame.get("rss", 0)
         child.ready = True
         self._early_deaths = 0
@@ -260,7 +255,7 @@ class Dispatcher(Service):
                                         "log": frame.get("log")}, child.index)
         elif frame.get("recorded"):
             # The child committed the outcome together with the handler's effects.
-            self._observe(job, frame["outcome"], ran=True, took=frame.get("took"))
+            self.results.observe(job, frame["outcome"], ran=True, took=frame.get("took"))
         else:
             self.settle(job, frame["outcome"], frame, child.index)
         self._then(child, frame.get("recycle"))
@@ -367,7 +362,7 @@ class Dispatcher(Service):
             child.queued.remove(job)
 
     def time_limit(self, task: str) -> float:
-        return self.tasks.get(task, {}).get("time_limit") or self.settings.time_limit
+        return self.results.time_limit(task)
 
     def _hard_timeout(self, child: Child, job_id: int, token: int) -> None:
         job = child.running.get(job_id)
@@ -396,6 +391,9 @@ class Dispatcher(Service):
         the heartbeater's fencing grace (policy.heartbeat_period, at most 5 s)."""
         return min(5.0, heartbeat_period(self.settings.lease_ttl))
 
+    def jobs_done(self) -> int:
+        return self.results.jobs_done()
+
     def give_back_queued(self, child: Child, why: str) -> None:
         """Jobs waiting in a child that will never run them go back to the queue as if never
         claimed (their attempt is not counted); fenced ones are not ours to give back."""
@@ -415,48 +413,6 @@ class Dispatcher(Service):
             self.outcomes["given_back"] += len(rows)
             self.give_back(rows)
 
-    def settle(self, job: Inflight, outcome: str, info: dict[str, Any], child_index: int,
-               crashed: int = 0) -> None:
-        if outcome == SUCCEEDED:  # most of them: nothing to decide, no limit to record
-            self._observe(job, outcome, ran=job.dispatched > 0, took=info.get("took"))
-            self.submit(Completion(job.id, job.token, SUCCEEDED, SUCCEEDED, 0.0, None, None,
-                                   info.get("result"), child_index, 0, info.get("log"), 0,
-                                   job.queue, None, job.traceparent))
-            return
-        cfg = self.tasks.get(job.task, {})
-        fate = decide(outcome, attempts=job.attempts,
-                      max_attempts=max_attempts_for(job.max_attempts, cfg.get("max_attempts")),
-                      crashes=job.crashes, max_crashes=max_crashes_for(cfg),
-                      retry_delay=info.get("delay"),
-                      policy=self._policies.get(job.task, DEFAULT_RETRY),
-                      permanent=bool(info.get("permanent")))
-        self._observe(job, outcome, ran=job.dispatched > 0, took=info.get("took"))
-        if fate.status == "dead":  # for the dead-jobs alert (etc/prometheus/jobrun-rules.yml)
-            self.metrics.dead.labels(job.queue, job.task).inc()
-        self.submit(Completion(
-            id=job.id, token=job.token, status=fate.status, outcome=outcome, delay=fate.delay,
-            error=info.get("error"), traceback=info.get("traceback"), result=info.get("result"),
-            child=child_index, crashed=crashed, log=info.get("log"),
-            queue=job.queue, traceparent=job.traceparent,
-            limit=limit_to_record(job.max_attempts, cfg.get("max_attempts"), outcome, fate.status)))
-
-    def jobs_done(self) -> int:
-        """Jobs whose outcome this master recorded (released and given-back ones aside)."""
-        return sum(n for k, n in self.outcomes.items() if k not in (RELEASED, "given_back"))
-
-    def _observe(self, job: Inflight, outcome: str, ran: bool, took: Any = None) -> None:
-        """Count the outcome; for an attempt that ran, its run time: as the child measured it
-        (``took``), else (it died, or was killed) from its hand-over until now. A child may
-        send the results of jobs it ran back to back together, so the time between results
-        says little about each."""
-        self.outcomes[outcome] += 1
-        self.tally.count(job.queue, job.task, outcome)  # (worker/tally.py: once a loop turn)
-        if ran:
-            if not isinstance(took, (int, float)) or not 0 <= took < math.inf:
-                took = time.monotonic() - job.dispatched
-            self.tally.duration(job.queue, job.task, took)
-            self.runtime[job.task] = run_time_average(self.runtime.get(job.task), took)
-
     # --- exits ----------------------------------------------------------------------------
 
     def on_exit(self, child: Child, status: int) -> None:
@@ -469,7 +425,10 @@ class Dispatcher(Service):
         planned = (child.state is S.RETIRING or child.kill_reason is not None or self.closing
                    or child.generation > self.generation)
         if child.running:
-            self._settle_lost(child, what, sigkill)
+            lost = list(child.running.values())
+            for job in lost:
+                self._finish(child, job)
+            self.results.lost(child, lost, what, sigkill)
         elif not planned:
             self.metrics.child_exits.labels("unexpected").inc()
             level = logging.ERROR if status != 0 else logging.WARNING
@@ -496,44 +455,6 @@ class Dispatcher(Service):
                 return
         self.replenish()
         self.changed()
-
-    def _settle_lost(self, child: Child, what: str, sigkill: bool) -> None:
-        """The outcomes of the jobs ``child`` ran when it exited. Killed for one of them (its
-        hard time limit, or a fence it did not heed), that one's outcome says why and the
-        others it ran beside are released (not failed: they did nothing wrong); a crash is
-        every job's."""
-        lost = list(child.running.values())
-        culprit = child.kill_job
-        if culprit is None:
-            culprit = next((j.id for j in lost if (j.id, j.token) in self.fenced), None)
-        reason = child.kill_reason
-        if reason == "timeout":
-            self.metrics.child_exits.labels("timeout").inc()
-        elif reason != "shutdown" and culprit is None:
-            self.metrics.child_exits.labels("crash").inc()
-        for job in lost:
-            self._finish(child, job)
-            key = (job.id, job.token)
-            if key in self.fenced:
-                self.fenced.discard(key)
-            elif reason == "shutdown":
-                self.settle(job, RELEASED, {"error": "released at shutdown; child stopped"},
-                            child.index)
-            elif culprit is not None and job.id != culprit:
-                why = ("its hard time limit" if reason == "timeout"
-                       else "it did not stop when its lease was lost")
-                self.settle(job, RELEASED, {"error": f"released: child {what}, killed for job"
-                                                     f" {culprit} ({why})"}, child.index)
-            elif reason == "timeout":
-                limit = self.time_limit(job.task)
-                self.settle(job, TIMEOUT, {"error": f"hard time limit of {limit:g}s exceeded;"
-                                                    f" child {what}"}, child.index)
-            else:
-                hint = " (perhaps out of memory)" if sigkill else ""
-                event(log, logging.ERROR, "child.lost", child=child.index, pid=child.pid,
-                      job=job.id, task=job.task, status=what + hint)
-                self.settle(job, WORKER_LOST, {"error": f"child {what}{hint} while running the"
-                                                        " job"}, child.index, crashed=1)
 
     # --- views ----------------------------------------------------------------------------
 
