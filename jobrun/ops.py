@@ -358,6 +358,12 @@ def purge(q: Queries, older_than: float | str | None, statuses: Sequence[str] = 
             total += count
             if count < batch:
                 break
+    while secs > 0:  # workflows go whole, once every member finished that long ago
+        deleted = yield Step(q.purge_workflows, {"older_than": secs, "batch": batch},
+                             returns_rows=True)
+        total += sum(r["n"] for r in deleted)
+        if len(deleted) < batch:
+            break
     return total
 
 

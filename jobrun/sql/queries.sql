@@ -134,35 +134,36 @@ SELECT * FROM {schema}.jobs
  LIMIT %(limit)s
 
 -- name: cancel_job
--- Cancel a job: a queued one at once, a leased one by setting cancel_requested; returns the row.
+-- Cancel a job: a waiting or queued one at once, a leased one by setting cancel_requested; returns the row.
 UPDATE {schema}.jobs
-   SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
-       finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END,
+   SET status = CASE WHEN status = 'leased' THEN status ELSE 'cancelled' END,
+       finished_at = CASE WHEN status = 'leased' THEN finished_at ELSE now() END,
        cancel_requested = (status = 'leased'), version = version + 1
- WHERE id = %(id)s AND status IN ('queued', 'leased')
+ WHERE id = %(id)s AND status IN ('waiting', 'queued', 'leased')
    AND (%(version)s::bigint IS NULL OR version = %(version)s)
 RETURNING *
 
 -- name: retry_job
--- Put a dead or cancelled job back to queued now, with its attempts and crashes reset and the priority it was enqueued with (before aging).
+-- Put a dead or cancelled job back to queued now (to waiting while parents of it are unsettled), with its attempts and crashes reset and the priority it was enqueued with (before aging).
 WITH r AS (
     UPDATE {schema}.jobs
-       SET status = 'queued', attempts = 0, crashes = 0, run_at = now(), finished_at = NULL,
-           cancel_requested = false, version = version + 1,
+       SET status = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'queued' END,
+           attempts = 0, crashes = 0, run_at = now(), finished_at = NULL,
+           cancel_requested = false, version = version + 1, cancel_reason = NULL,
            priority = coalesce(base_priority, priority), base_priority = NULL, aged_at = NULL
      WHERE id = %(id)s AND status IN ('dead', 'cancelled')
        AND (%(version)s::bigint IS NULL OR version = %(version)s)
     RETURNING *
 ), n AS (
-    SELECT pg_notify(%(channel)s, r.queue) FROM r
+    SELECT pg_notify(%(channel)s, r.queue) FROM r WHERE r.status = 'queued'
 )
 SELECT r.* FROM r LEFT JOIN n ON true
 
 -- name: purge_batch
--- Delete up to `batch` finished jobs (and their attempts and effects) older than a duration, of the queues in `only` (all when NULL) but not in `exclude`.
+-- Delete up to `batch` finished jobs (and their attempts and effects) older than a duration, of the queues in `only` (all when NULL) but not in `exclude`; members of workflows are left to purge_workflows.
 WITH d AS (
     SELECT id FROM {schema}.jobs
-     WHERE status = ANY(%(statuses)s::text[])
+     WHERE status = ANY(%(statuses)s::text[]) AND workflow_id IS NULL
        AND finished_at < now() - make_interval(secs => %(older_than)s)
        AND (%(only)s::text[] IS NULL OR queue = ANY(%(only)s::text[]))
        AND queue <> ALL(%(exclude)s::text[])
@@ -179,6 +180,7 @@ DELETE FROM {schema}.jobs j USING d WHERE j.id = d.id
 -- name: stats
 -- Job counts by queue and status, with the age of the oldest runnable queued job per queue.
 SELECT k.name AS queue, k.paused,
+       coalesce(c.waiting, 0) AS waiting,
        coalesce(c.queued, 0) AS queued, coalesce(c.scheduled, 0) AS scheduled,
        coalesce(c.leased, 0) AS leased, coalesce(c.succeeded, 0) AS succeeded,
        coalesce(c.dead, 0) AS dead, coalesce(c.cancelled, 0) AS cancelled,
@@ -186,6 +188,7 @@ SELECT k.name AS queue, k.paused,
   FROM {schema}.queues k
   LEFT JOIN (
     SELECT queue,
+           count(*) FILTER (WHERE status = 'waiting') AS waiting,
            count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS queued,
            count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS scheduled,
            count(*) FILTER (WHERE status = 'leased') AS leased,
