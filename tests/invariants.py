@@ -7,8 +7,10 @@ succeeded transactional job has its effects exactly once (one processed_effects 
 the test keeps an ``effects`` table, one row there); and a job's version moved only with
 changes a user sees (docs/concepts.md, "Versions"): at most twice per claim (the claim, and
 the end of that lease: finished, requeued or given back) and once for a cancel, however long
-it ran and however often it was renewed or aged. (A test that retries jobs by hand adds one a
-retry: it is not one of these runs.)
+it ran and however often it was renewed or aged, plus one for a dependent's release. (A test
+that retries jobs by hand adds one a retry: it is not one of these runs.) Workflows: a
+waiting job has a parent not settled, and no dependent started before every parent had
+succeeded (or, with on_parent_failure 'run', had finished).
 Returns the violations; an empty list means nothing was lost.
 
 ``after_faults`` is the stricter check the fault suite runs once its faults stopped: it waits
@@ -51,6 +53,20 @@ SELECT 'effects without success', p.job_id FROM {schema}.processed_effects p
 UNION ALL
 SELECT 'version moved without a change a user sees', j.id FROM {schema}.jobs j
  WHERE j.version > 2 * j.lease_token + (j.status = 'cancelled' OR j.cancel_requested)::int
+                    + (j.waiting_on IS NOT NULL)::int
+UNION ALL
+SELECT 'waiting with no parent unsettled', d.id FROM {schema}.jobs d
+ WHERE d.status = 'waiting' AND NOT EXISTS (
+       SELECT FROM {schema}.job_deps e JOIN {schema}.jobs p ON p.id = e.parent
+        WHERE e.dependent = d.id AND p.status IN ('waiting', 'queued', 'leased'))
+UNION ALL
+SELECT 'started before its parents all succeeded', d.id FROM {schema}.jobs d
+  JOIN {schema}.job_deps e ON e.dependent = d.id JOIN {schema}.jobs p ON p.id = e.parent
+ WHERE d.attempts > 0
+   AND (p.status NOT IN ('succeeded', 'dead', 'cancelled')
+        OR (d.on_parent_failure IS NULL AND p.status <> 'succeeded')
+        OR coalesce((SELECT min(a.started_at) FROM {schema}.job_attempts a WHERE a.job_id = d.id),
+                    d.started_at) < p.finished_at)
 """
 
 # When the test keeps its own effects table (one row per committed handler run).

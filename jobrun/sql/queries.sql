@@ -329,7 +329,9 @@ WITH q AS (
     RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes,
               j.priority, j.idempotency_key, j.traceparent,
               extract(epoch FROM j.created_at)::float8 AS created_at,
-              extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload,
+              extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              CASE WHEN j.parents IS NULL THEN j.payload::text  -- workflows: see claim_plain
+                   ELSE j.payload::text || ',"parents":' || j.parents::text END AS payload,
               j.counted
 ), took AS (
     UPDATE {schema}.queue_claims c
@@ -396,7 +398,12 @@ WITH cand AS MATERIALIZED (
     RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes,
               j.priority, j.idempotency_key, j.traceparent,
               extract(epoch FROM j.created_at)::float8 AS created_at,
-              extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload
+              extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              -- A released dependent's parents' results (migration 0018) follow its payload:
+              -- the frame splices this text in last (protocol.JobFrames), so they arrive as a
+              -- "parents" field of the frame. NULL for every other job: the payload alone.
+              CASE WHEN j.parents IS NULL THEN j.payload::text
+                   ELSE j.payload::text || ',"parents":' || j.parents::text END AS payload
 )
 SELECT id, lease_token, task, queue, attempts, max_attempts, crashes, priority, idempotency_key,
        traceparent, created_at, waited, payload, NULL::text AS held, NULL::float8 AS retry

@@ -16,6 +16,7 @@ from jobrun import workflows as wf
 from jobrun.errors import Conflict, InvalidInput, NotFound
 
 from tests.dbview import lease
+from tests.invariants import nothing_lost
 
 
 @pytest.fixture
@@ -193,3 +194,16 @@ def test_purge_takes_a_workflow_whole_once_every_member_finished(client, conn, s
     db.rows("UPDATE {s}.jobs SET finished_at = now() - interval '2 days' RETURNING id")
     assert client.purge("1d") == 2
     assert db.count() == 0 and db.rows("SELECT count(*) AS n FROM {s}.job_deps")[0]["n"] == 0
+
+
+def test_the_shared_checker_sees_a_stuck_dependent_and_one_started_too_early(client, conn, schema, db):
+    a, b = client.enqueue_workflow(wf.chain("a", "b")).job_ids
+    run_next(conn, schema)
+    assert nothing_lost(db.conn, schema) == []
+    # Forged: b back to waiting though its parent succeeded; c started while its parent waits.
+    db.rows("UPDATE {s}.jobs SET status = 'waiting' WHERE id = %s RETURNING id", (b,))
+    c, d = client.enqueue_workflow(wf.chain("c", "d")).job_ids
+    db.rows("UPDATE {s}.jobs SET attempts = 1, started_at = now() WHERE id = %s RETURNING id", (d,))
+    found = set(nothing_lost(db.conn, schema))
+    assert ("waiting with no parent unsettled", b) in found
+    assert ("started before its parents all succeeded", d) in found
