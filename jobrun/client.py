@@ -66,22 +66,22 @@ class _Api:
 
         ``after``: ids of jobs it waits for (docs/workflows.md): it is ``waiting`` until they
         all succeeded, and is cancelled if one ends dead or cancelled, unless
-        ``on_parent_failure='run'``. Not with run_at, delay, concurrency_key or
-        payload_is_json.
+        ``on_parent_failure='run'``. Not with run_at, delay or concurrency_key.
 
         ``payload`` is any JSON-serialisable value (or JSON text with ``payload_is_json``).
         ``delay`` is seconds or a duration such as ``"30s"``; give it or ``run_at``.
         ``priority`` and ``max_attempts`` left None take the queue's defaults; jobs with one
         ``concurrency_key`` run at most the queue's key_concurrency at a time.
         """
+        if after is None and on_parent_failure != "cancel":
+            raise InvalidInput("on_parent_failure goes with after (the jobs it waits for)")
         if after is not None:
-            if run_at is not None or delay is not None or concurrency_key or payload_is_json:
-                raise InvalidInput("after does not go with run_at, delay, concurrency_key or"
-                                   " payload_is_json")
+            if run_at is not None or delay is not None or concurrency_key is not None:
+                raise InvalidInput("after does not go with run_at, delay or concurrency_key")
             return self._run(workflows.enqueue_after(
                 self.queries, self.limit, task, payload, after, queue=queue, priority=priority,
                 max_attempts=max_attempts, on_parent_failure=on_parent_failure,
-                idempotency_key=idempotency_key), conn)
+                idempotency_key=idempotency_key, payload_is_json=payload_is_json), conn)
         return self._run(ops.enqueue(
             self.queries, self.limit, task, payload, queue=queue, priority=priority,
             run_at=run_at, delay=delay, max_attempts=max_attempts,

@@ -21,6 +21,7 @@ store a cycle.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -181,8 +182,62 @@ def graph(steps: Mapping[str, Any], after: Mapping[str, Sequence[str]] | None = 
     ordered = order(names, after or {})
     at = {n: i for i, n in enumerate(ordered)}
     edges = tuple((at[d], at[p]) for d in ordered for p in dict.fromkeys((after or {}).get(d, ())))
-    return Graph(tuple(_node(steps[n]) if not isinstance(steps[n], Step) else steps[n]
-                       for n in ordered), edges)
+    made = []
+    for n in ordered:
+        step = _node(steps[n])
+        if not isinstance(step, Step):
+            raise InvalidInput(f"step {n!r} of a graph is one job (a Step or a task name)")
+        made.append(step)
+    return Graph(tuple(made), edges)
+
+
+_STEP_KEYS = ("task", "payload", "queue", "priority", "max_attempts", "on_parent_failure",
+              "after")
+
+
+def from_spec(spec: Any, where: str = "workflow") -> Node:
+    """A shape from its JSON form (the CLI and POST /api/v1/workflows): a task name; a step
+    ``{"task": ..., "payload": ..., "queue", "priority", "max_attempts",
+    "on_parent_failure", "after": [job ids]}``; ``{"chain": [...]}``, ``{"group": [...]}``,
+    ``{"chord": [...], "then": ...}`` or ``{"graph": {name: step}, "after": {name: [names]}}``.
+    A bad spec raises InvalidInput naming where it is."""
+    if isinstance(spec, str):
+        return Step(spec)
+    if not isinstance(spec, Mapping):
+        raise InvalidInput(f"{where}: a task name or an object, not {type(spec).__name__}")
+    kinds = [k for k in ("chain", "group", "chord", "graph", "task") if k in spec]
+    if len(kinds) != 1:
+        raise InvalidInput(f"{where}: one of task, chain, group, chord or graph")
+    kind = kinds[0]
+    allowed = {"task": _STEP_KEYS, "chain": ("chain",), "group": ("group",),
+               "chord": ("chord", "then"), "graph": ("graph", "after")}[kind]
+    extra = sorted(str(k) for k in spec if k not in allowed)
+    if extra:
+        raise InvalidInput(f"{where}: unknown field {extra[0]!r} (fields: {', '.join(allowed)})")
+    if kind == "task":
+        after = spec.get("after") or ()
+        if not isinstance(after, (list, tuple)):
+            raise InvalidInput(f"{where}: after is a list of job ids")
+        return Step(spec["task"], spec.get("payload"), queue=spec.get("queue"),
+                    priority=spec.get("priority"), max_attempts=spec.get("max_attempts"),
+                    on_parent_failure=spec.get("on_parent_failure") or "cancel",
+                    after=tuple(after))
+    if kind == "graph":
+        steps, after = spec["graph"], spec.get("after") or {}
+        if not isinstance(steps, Mapping) or not isinstance(after, Mapping) or not steps:
+            raise InvalidInput(f"{where}: graph is an object of steps by name, after an object"
+                               " of names by name")
+        return graph({str(n): from_spec(v, f"{where}.graph.{n}") for n, v in steps.items()},
+                     {str(n): [str(p) for p in v] for n, v in after.items()})
+    members = spec[kind]
+    if not isinstance(members, list) or not members:
+        raise InvalidInput(f"{where}: {kind} is a non-empty list")
+    nodes = [from_spec(m, f"{where}.{kind}[{i}]") for i, m in enumerate(members)]
+    if kind == "chord":
+        if "then" not in spec:
+            raise InvalidInput(f"{where}: a chord has a callback (then)")
+        return chord(group(*nodes), from_spec(spec["then"], f"{where}.then"))
+    return chain(*nodes) if kind == "chain" else group(*nodes)
 
 
 def shape_name(node: Node) -> str:
@@ -266,11 +321,14 @@ def cancel(q: Queries, workflow_id: int):
 def enqueue_after(q: Queries, limit: int, task: str, payload: Any, after: Sequence[int], *,
                   queue: str = "default", priority: int | None = None,
                   max_attempts: int | None = None, on_parent_failure: str = "cancel",
-                  idempotency_key: str | None = None, traceparent: str | None = None):
+                  idempotency_key: str | None = None, traceparent: str | None = None,
+                  payload_is_json: bool = False):
     """One job after stored ones (``enqueue(after=...)``): a workflow of one job, whose
     idempotency key is the workflow's. Returns Enqueued(job, created)."""
     if isinstance(after, (str, bytes)) or not isinstance(after, Sequence) or not after:
         raise InvalidInput("after is a non-empty list of job ids")
+    if payload_is_json:
+        payload = json.loads(validate.payload_text(payload, limit))
     step = Step(task, payload, queue=queue, priority=priority, max_attempts=max_attempts,
                 on_parent_failure=on_parent_failure, after=tuple(after))
     made = yield from enqueue_workflow(q, limit, step, idempotency_key=idempotency_key,

@@ -542,9 +542,14 @@ SELECT count(*) AS live FROM {schema}.workers
  WHERE last_seen >= now() - make_interval(secs => %(stale)s)
 
 -- name: metrics_queue_depth
--- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; the queue's limits; the masters seen in the last `stale` s that serve it.
+-- Waiting, queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; the queue's limits; the masters seen in the last `stale` s that serve it; the workflows with a member not finished (the same on every row).
 SELECT k.name AS queue, k.concurrency, k.rate_limit AS rate,
        extract(epoch FROM k.rate_period)::float8 AS rate_period_seconds, k.key_concurrency,
+       (SELECT count(*) FROM {schema}.jobs j
+         WHERE j.status = 'waiting' AND j.queue = k.name) AS waiting,
+       (SELECT count(DISTINCT j.workflow_id) FROM {schema}.jobs j
+         WHERE j.status IN ('waiting', 'queued', 'leased') AND j.workflow_id IS NOT NULL)
+           AS workflows_running,
        (SELECT count(*) FROM {schema}.jobs j
          WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at <= now()) AS queued,
        (SELECT count(*) FROM {schema}.jobs j

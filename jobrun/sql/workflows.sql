@@ -66,12 +66,3 @@ WITH w AS (
     DELETE FROM {schema}.workflows f USING w WHERE f.id = w.id RETURNING f.id
 )
 SELECT f.id, (SELECT count(*) FROM d) AS n FROM f
-
--- name: workflow_counts
--- Workflows by state for /metrics: running (a member not finished), succeeded (every member succeeded), failed (finished with a member dead or cancelled).
-SELECT count(*) FILTER (WHERE s.open > 0) AS running,
-       count(*) FILTER (WHERE s.open = 0 AND s.bad = 0) AS succeeded,
-       count(*) FILTER (WHERE s.open = 0 AND s.bad > 0) AS failed
-  FROM (SELECT count(*) FILTER (WHERE j.status IN ('waiting', 'queued', 'leased')) AS open,
-               count(*) FILTER (WHERE j.status IN ('dead', 'cancelled')) AS bad
-          FROM {schema}.jobs j WHERE j.workflow_id IS NOT NULL GROUP BY j.workflow_id) s

@@ -51,6 +51,8 @@ ALTER TABLE {schema}.jobs
     ADD COLUMN parents           jsonb,    -- parents' results by id, set at release
     ADD COLUMN cancel_reason     text;     -- set when a parent's failure cancelled it
 CREATE INDEX jobs_workflow ON {schema}.jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
+-- Counts waiting jobs per queue (metrics, stats) without reading the others.
+CREATE INDEX jobs_waiting ON {schema}.jobs (queue) WHERE status = 'waiting';
 
 -- Edges, readable both ways: a parent's dependents (the trigger), a job's parents (results,
 -- revival, the workflow view). No foreign keys: their triggers would run on every update of
