@@ -197,8 +197,8 @@ def test_stats(cli, client):
 
     table = ok(cli("stats")).splitlines()
     assert table[0].split()[:4] == ["queue", "paused", "waiting", "queued"]
-    assert [line.split()[:4] for line in table if line.split()[:1] == ["default"]] == [
-        ["default", "2", "1", "0"]]
+    assert [line.split()[:5] for line in table if line.split()[:1] == ["default"]] == [
+        ["default", "1", "2", "1", "0"]]
 
 
 def test_queue_commands(cli, client, execute):
