@@ -263,7 +263,7 @@ def _check_step(n: int, step: Step, limit: int) -> tuple:
                 validate.max_attempts(step.max_attempts), step.on_parent_failure,
                 [validate.job_id(j, "after") for j in step.after])
     except InvalidInput as exc:
-        raise InvalidInput(f"job {n + 1}: {exc}") from None
+        raise InvalidInput(f"workflow job {n + 1}: {exc}") from None
 
 
 def enqueue_workflow(q: Queries, limit: int, flow: Any, *, idempotency_key: str | None = None,

@@ -76,6 +76,12 @@ BEYOND_SCHEMA = (
     "give run_at or delay",
     "the window ends",
     "has no fire time left",
+    "on_parent_failure goes with after",
+    "after does not go with run_at",
+    "after is not taken in a batch",
+    "workflow",  # a workflow's shape is recursive and free-form: jobrun/workflows.from_spec
+    "a cycle: ",
+    "unknown step",
 )
 
 

@@ -41,7 +41,7 @@ def test_enqueue_after_waits_and_the_tree_shows_each_status(cli, execute):
     (("workflow", "enqueue", '{"chain": []}'), "workflow: chain is a non-empty list"),
     (("workflow", "enqueue", '{"graph": {"a": "t", "b": "t"}, "after": {"a": ["b"], "b": ["a"]}}'),
      "a cycle: "),
-    (("workflow", "enqueue", '{"chain": ["ok", {"task": "bad name"}]}'), "job 2: invalid task name"),
+    (("workflow", "enqueue", '{"chain": ["ok", {"task": "bad name"}]}'), "workflow job 2: invalid task name"),
     (("workflow", "get", "12345"), "no workflow 12345"),
     (("workflow", "cancel", "12345"), "no workflow 12345"),
 ])
