@@ -207,3 +207,31 @@ def test_the_shared_checker_sees_a_stuck_dependent_and_one_started_too_early(cli
     found = set(nothing_lost(db.conn, schema))
     assert ("waiting with no parent unsettled", b) in found
     assert ("started before its parents all succeeded", d) in found
+
+
+def test_a_workflow_in_the_callers_transaction_goes_with_its_rollback(client, pg_dsn, db):
+    with psycopg.connect(pg_dsn) as mine:
+        made = client.enqueue_workflow(wf.chain("a", "b"), conn=mine)
+        assert len(made.job_ids) == 2
+        mine.rollback()
+    assert db.count() == 0 and db.rows("SELECT count(*) AS n FROM {s}.workflows")[0]["n"] == 0
+
+
+def test_the_async_client_enqueues_reads_and_cancels_a_workflow(pg_dsn, schema, db):
+    import asyncio
+
+    import jobrun
+
+    async def scenario():
+        async with jobrun.AsyncClient(pg_dsn, schema=schema) as aclient:
+            made = await aclient.enqueue_workflow(wf.chord(["p", "q"], "cb"), idempotency_key="a")
+            after = await aclient.enqueue("d", after=[made.job_ids[-1]])
+            view = await aclient.workflow(made.id)
+            cancelled = await aclient.cancel_workflow(made.id)
+            return made, after, view, cancelled
+
+    made, after, view, cancelled = asyncio.run(scenario())
+    assert view.shape == "chord" and after.job.status == "waiting"
+    assert sorted(cancelled) == made.job_ids
+    # The job after the cancelled callback (another workflow) is cancelled with it.
+    assert db.statuses([after.job.id]) == {after.job.id: "cancelled"}
