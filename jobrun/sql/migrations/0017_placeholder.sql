@@ -1,0 +1,2 @@
+-- 0017 placeholder for {schema} (local only)
+SELECT 1;
