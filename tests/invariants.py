@@ -18,7 +18,8 @@ Returns the violations; an empty list means nothing was lost.
 job to settle, and then also requires each job to end in a status the test intends (dead and
 cancelled jobs with a recorded reason) and, when the test keeps an append-only ``starts``
 record (one row per handler start), no job started more than max_attempts times by that
-record either.
+record either, and no dependent started (by that record) before every parent had succeeded.
+A job cancelled because a parent failed has its reason in ``cancel_reason``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ SELECT 'started before its parents all succeeded', d.id FROM {schema}.jobs d
         OR (d.on_parent_failure IS NULL AND p.status <> 'succeeded')
         OR coalesce((SELECT min(a.started_at) FROM {schema}.job_attempts a WHERE a.job_id = d.id),
                     d.started_at) < p.finished_at)
+UNION ALL
+SELECT 'cancelled for a parent that did not fail', d.id FROM {schema}.jobs d
+ WHERE d.status = 'cancelled' AND d.cancel_reason IS NOT NULL AND NOT EXISTS (
+       SELECT FROM {schema}.job_deps e JOIN {schema}.jobs p ON p.id = e.parent
+        WHERE e.dependent = d.id AND p.status IN ('dead', 'cancelled'))
 """
 
 # When the test keeps its own effects table (one row per committed handler run).
@@ -93,7 +99,7 @@ SELECT 'dead without a reason', j.id FROM {schema}.jobs j
         WHERE a.job_id = j.id AND a.outcome <> 'succeeded' AND a.error IS NOT NULL)
 UNION ALL
 SELECT 'cancelled without a reason', j.id FROM {schema}.jobs j
- WHERE j.status = 'cancelled' AND NOT j.cancel_requested
+ WHERE j.status = 'cancelled' AND NOT j.cancel_requested AND j.cancel_reason IS NULL
 UNION ALL
 SELECT 'lost (missing)', e.id FROM unnest(%(enqueued)s::bigint[]) AS e(id)
  WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = e.id)
@@ -111,6 +117,12 @@ UNION ALL
 SELECT 'succeeded without a recorded start', j.id FROM {schema}.jobs j
  WHERE j.status = 'succeeded' AND j.task = ANY(%(recorded)s)
    AND NOT EXISTS (SELECT 1 FROM {schema}.starts s WHERE s.job_id = j.id)
+UNION ALL
+SELECT 'a dependent started before its parents all succeeded', s.job_id
+  FROM {schema}.starts s JOIN {schema}.job_deps e ON e.dependent = s.job_id
+  JOIN {schema}.jobs p ON p.id = e.parent JOIN {schema}.jobs d ON d.id = s.job_id
+ WHERE p.finished_at IS NULL OR s.at < p.finished_at
+    OR (p.status <> 'succeeded' AND d.on_parent_failure IS NULL)
 """
 
 OPEN_LEASES = """

@@ -76,3 +76,10 @@ def effect(job: jobrun.Job, tx):
                [job.id, os.getpid()])
     _work(job)
     return {"pid": os.getpid()}
+
+
+@app.task("doomed")
+def doomed(job: jobrun.Job):
+    """A parent that fails for good, so the jobs after it are cancelled (workflows)."""
+    record_start(job)
+    raise jobrun.Permanent("doomed on purpose")
