@@ -13,6 +13,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from jobrun import workflows as wf
+from jobrun.protocol import JobFrames, decode
 from jobrun.errors import Conflict, InvalidInput, NotFound
 
 from tests.dbview import lease
@@ -235,3 +236,40 @@ def test_the_async_client_enqueues_reads_and_cancels_a_workflow(pg_dsn, schema, 
     assert sorted(cancelled) == made.job_ids
     # The job after the cancelled callback (another workflow) is cancelled with it.
     assert db.statuses([after.job.id]) == {after.job.id: "cancelled"}
+
+
+def test_jobs_without_dependents_never_call_the_trigger_and_claim_their_payload_alone(
+        client, conn, schema, db):
+    """The hot path's cost for ordinary jobs: the trigger's WHEN keeps its function from
+    being called at all (pg_stat_user_functions counts calls), and the claim returns the
+    payload text as it was."""
+    def calls() -> int:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.commit()  # the flush happens as this transaction ends
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = conn.execute("SELECT calls FROM pg_stat_user_functions WHERE schemaname = %s"
+                            " AND funcname = 'settle_dependents'", [schema]).fetchall()
+        conn.commit()
+        return rows[0]["calls"] if rows else 0
+
+    conn.execute("SET track_functions = 'pl'")
+    conn.commit()
+    ids = [client.enqueue("plain", {"n": n}).job.id for n in range(3)]
+    rows = lease(conn, schema, 3, "m1")
+    assert sorted(json.loads(r["payload"])["n"] for r in rows) == [0, 1, 2]
+    for row in rows:
+        finish(conn, schema, row)
+    conn.commit()
+    assert calls() == 0
+    # A parent's completion does call it; and its dependent's claim carries its parents.
+    a, b = client.enqueue_workflow(wf.chain(wf.Step("p"), wf.Step("c", {"x": 1}))).job_ids
+    run_next(conn, schema, result=[7])
+    assert calls() == 1
+    [row] = lease(conn, schema, 1, "m1")
+    assert row["id"] == b
+    frame = JobFrames("m1").frame(id=b, token=row["lease_token"], task="c", queue="default",
+                                  attempt=1, max_attempts=5, priority=0, created_at=0.0,
+                                  key=None, traceparent=None, payload_text=row["payload"])
+    decoded = decode(frame[4:])
+    assert decoded["payload"] == {"x": 1} and decoded["parents"] == {str(a): [7]}
+    assert db.statuses(ids) == {i: "succeeded" for i in ids}
