@@ -273,3 +273,16 @@ def test_jobs_without_dependents_never_call_the_trigger_and_claim_their_payload_
     decoded = decode(frame[4:])
     assert decoded["payload"] == {"x": 1} and decoded["parents"] == {str(a): [7]}
     assert db.statuses(ids) == {i: "succeeded" for i in ids}
+
+
+def test_a_release_wakes_the_masters_at_its_commit(client, conn, schema, pg_dsn):
+    a, b = client.enqueue_workflow(wf.chain("a", wf.Step("b", queue="default"))).job_ids
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"{schema}_ready")))
+        [row] = lease(conn, schema, 1, "m1")
+        conn.commit()
+        finish(conn, schema, row)
+        assert list(listener.notifies(timeout=0.2, stop_after=1)) == []  # not before the commit
+        conn.commit()
+        woken = list(listener.notifies(timeout=5, stop_after=1))
+    assert [(n.channel, n.payload) for n in woken] == [(f"{schema}_ready", "default")]

