@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 
 from jobrun import workflows as wf
 from jobrun.protocol import JobFrames, decode
+from jobrun.sql import for_schema
 from jobrun.errors import Conflict, InvalidInput, NotFound
 
 from tests.dbview import lease
@@ -37,6 +38,12 @@ def finish(conn, schema, row, status="succeeded", outcome=None, result=None, own
     return [r["id"] for r in rows]
 
 
+def cancel(conn, schema, job_id):
+    """Cancel a job on conn (this backend: its function calls are counted at once)."""
+    conn.execute(for_schema(schema).cancel_job, {"id": job_id, "version": None})
+    conn.commit()
+
+
 def run_next(conn, schema, result=None, status="succeeded", owner="m1"):
     """Lease the one runnable job and finish it, committed; the leased row."""
     [row] = lease(conn, schema, 1, owner)
@@ -52,7 +59,10 @@ def test_a_chain_releases_each_step_at_its_parents_commit_with_its_result(client
     [row] = lease(conn, schema, 5, "m1")  # only a is runnable
     assert row["id"] == a
     finish(conn, schema, row, result={"n": 1})
-    assert db.statuses([b])[b] == "waiting"  # not before the commit
+    # Released by the completion's own statement, seen by others at its commit.
+    assert conn.execute(sql.SQL("SELECT status FROM {} WHERE id = %s").format(
+        sql.Identifier(schema, "jobs")), [b]).fetchone()["status"] == "queued"
+    assert db.statuses([b])[b] == "waiting"
     conn.commit()
     assert db.statuses([b, c]) == {b: "queued", c: "waiting"}
     assert client.get(b).parents == {str(a): {"n": 1}}
@@ -240,17 +250,19 @@ def test_the_async_client_enqueues_reads_and_cancels_a_workflow(pg_dsn, schema, 
 
 def test_jobs_without_dependents_never_call_the_trigger_and_claim_their_payload_alone(
         client, conn, schema, db):
-    """The hot path's cost for ordinary jobs: the trigger's WHEN keeps its function from
-    being called at all (pg_stat_user_functions counts calls), and the claim returns the
+    """The hot path's cost for ordinary jobs: neither settle function is called at all for
+    them (finish_jobs calls settle_batch only for a batch holding parents; the trigger's WHEN
+    keeps its function out; pg_stat_user_functions counts calls), and the claim returns the
     payload text as it was."""
-    def calls() -> int:
+    def calls() -> dict[str, int]:
         conn.execute("SELECT pg_stat_force_next_flush()")
         conn.commit()  # the flush happens as this transaction ends
         conn.execute("SELECT pg_stat_clear_snapshot()")
-        rows = conn.execute("SELECT calls FROM pg_stat_user_functions WHERE schemaname = %s"
-                            " AND funcname = 'settle_dependents'", [schema]).fetchall()
+        rows = conn.execute("SELECT funcname, calls FROM pg_stat_user_functions"
+                            " WHERE schemaname = %s AND funcname LIKE 'settle%%'",
+                            [schema]).fetchall()
         conn.commit()
-        return rows[0]["calls"] if rows else 0
+        return {r["funcname"]: r["calls"] for r in rows}
 
     conn.execute("SET track_functions = 'pl'")
     conn.commit()
@@ -260,11 +272,12 @@ def test_jobs_without_dependents_never_call_the_trigger_and_claim_their_payload_
     for row in rows:
         finish(conn, schema, row)
     conn.commit()
-    assert calls() == 0
+    cancel(conn, schema, client.enqueue("plain").job.id)  # a status change outside finish_jobs
+    assert calls() == {}
     # A parent's completion does call it; and its dependent's claim carries its parents.
     a, b = client.enqueue_workflow(wf.chain(wf.Step("p"), wf.Step("c", {"x": 1}))).job_ids
     run_next(conn, schema, result=[7])
-    assert calls() == 1
+    assert calls() == {"settle_batch": 1}
     [row] = lease(conn, schema, 1, "m1")
     assert row["id"] == b
     frame = JobFrames("m1").frame(id=b, token=row["lease_token"], task="c", queue="default",
@@ -273,6 +286,10 @@ def test_jobs_without_dependents_never_call_the_trigger_and_claim_their_payload_
     decoded = decode(frame[4:])
     assert decoded["payload"] == {"x": 1} and decoded["parents"] == {str(a): [7]}
     assert db.statuses(ids) == {i: "succeeded" for i in ids}
+    x, y = client.enqueue_workflow(wf.chain("x", "y")).job_ids
+    cancel(conn, schema, x)
+    assert calls() == {"settle_batch": 1, "settle_dependents": 1}
+    assert db.statuses([x, y]) == {x: "cancelled", y: "cancelled"}
 
 
 def test_a_release_wakes_the_masters_at_its_commit(client, conn, schema, pg_dsn):

@@ -1,18 +1,20 @@
 -- 0018 workflows: jobs that wait for other jobs, released in the transaction that settles
--- their last parent.
+-- their last parent (docs/workflows.md).
 --
 -- A dependent job is inserted 'waiting' with waiting_on, the number of its parents not yet
--- settled, and an edge per parent in job_deps. A parent's row carries has_dependents, so the
--- trigger below is queued only for parents: for every other job its WHEN is false and costs
--- one column read per status change (no function call, no query, no transition table).
+-- settled, and an edge per parent in job_deps. A parent's row carries has_dependents, so
+-- nothing below costs a job without dependents more than a column read.
 --
--- The trigger is a deferred constraint trigger: it runs at the commit of the transaction that
--- changed the parent's status, inside it; its WHEN leaves out the moves that settle nothing
--- (a parent claimed, or released back to queued). A completion is fenced by finish_jobs' guard (a
--- stale attempt's update matches no row, so no status changes and nothing is queued), and so
--- is everything the trigger does. Deferred, it holds a dependent's row lock only from the
--- commit's start to its end: the completions of 10,000 parents of one callback each take that
--- lock briefly, at their commits, rather than from their update onwards.
+-- Two ways a parent's status changes, each settling its dependents in that transaction:
+--   * a lease ends (succeeded, dead, cancelled): finish_jobs, the one path of completions,
+--     transactional commits and the reaper, hands the parents of its batch to settle_batch
+--     in its own statement: one pass over the batch, so a fan-in's callback is written once
+--     per completion batch, not once per parent. finish_jobs is replaced whole for that
+--     (its body is 0014's plus one CTE and one join). Its guard is the lease's: a fenced
+--     attempt's row is not updated, so it is not handed on, and settles nothing.
+--   * anything else (a waiting or queued parent cancelled, a dead or cancelled one retried):
+--     the deferred constraint trigger jobs_settle_dependents, queued only for such moves of
+--     a row with has_dependents, at the commit of the transaction that made them.
 --
 -- What a parent's new status does to each dependent:
 --   succeeded                     waiting_on - 1; at 0 the dependent becomes queued, now,
@@ -66,16 +68,156 @@ CREATE INDEX job_deps_dependent ON {schema}.job_deps (dependent, parent);
 
 -- A job's parents' results, by parent id (JSON object keys, in id order), each the result of
 -- the parent's succeeded attempt (a job has at most one: succeeded is final), NULL for a
--- parent that did not succeed (on_parent_failure 'run'). json, not jsonb: it is built once and
--- only ever read back as text (the claim), and json_object_agg builds 10,000 keys in ~5 ms
--- where jsonb_object_agg, which sorts and dedups them, took ~9 ms (docs/workflows.md).
-CREATE FUNCTION {schema}.parent_results(job bigint) RETURNS json
+-- parent that did not succeed (on_parent_failure 'run'). Parents settling in the statement
+-- that calls it (finish_jobs' batch, whose attempt rows are not written yet) give theirs in
+-- ids, statuses and results (JSON text). json, not jsonb: it is built once and only ever read
+-- back as text (the claim), and json_object_agg builds 10,000 keys in ~5 ms where
+-- jsonb_object_agg, which sorts and dedups them, took ~9 ms (docs/BENCHMARKS.md).
+CREATE FUNCTION {schema}.parent_results(job bigint, ids bigint[] DEFAULT NULL,
+                                        statuses text[] DEFAULT NULL,
+                                        results text[] DEFAULT NULL) RETURNS json
 LANGUAGE sql STABLE AS $$
-    SELECT json_object_agg(e.parent, a.result ORDER BY e.parent)
+    SELECT json_object_agg(e.parent, CASE WHEN b.id IS NOT NULL
+                                          THEN CASE WHEN b.status = 'succeeded'
+                                                    THEN b.result::json END
+                                          ELSE a.result::json END
+                           ORDER BY e.parent)
       FROM {schema}.job_deps e
+      LEFT JOIN unnest(ids, statuses, results) AS b(id, status, result) ON b.id = e.parent
       LEFT JOIN {schema}.job_attempts a ON a.job_id = e.parent AND a.outcome = 'succeeded'
      WHERE e.dependent = job
 $$;
+
+-- What a batch of parents ending their leases (finish_jobs: succeeded, dead or cancelled; a
+-- retry back to queued settles nothing) does to their dependents, in one pass: each is
+-- counted down by the parents of the batch that settle it (succeeded, or any end with
+-- on_parent_failure 'run') and released at zero with its parents' results; a waiting one
+-- with a parent of the batch that ended dead or cancelled (and no 'run') is cancelled with
+-- the reason. The dependents are locked in id order first. One write to a fan-in's callback
+-- per batch, however many of its parents the batch holds.
+CREATE FUNCTION {schema}.settle_batch(ids bigint[], statuses text[], results text[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    -- The dependents, as an array: every statement below reaches them by primary key
+    -- (a join the planner could turn into a scan of jobs: 0.4 ms at 3,000 rows already).
+    deps bigint[] := ARRAY(SELECT DISTINCT e.dependent FROM {schema}.job_deps e
+                            WHERE e.parent = ANY (ids) ORDER BY 1);
+    counted integer;
+BEGIN
+    PERFORM 1 FROM {schema}.jobs d WHERE d.id = ANY (deps) ORDER BY d.id FOR UPDATE;
+    WITH b AS (
+        SELECT * FROM unnest(ids, statuses) AS b(id, status)
+         WHERE b.status IN ('succeeded', 'dead', 'cancelled')
+    ), c AS (
+        SELECT e.dependent, count(*) AS n
+          FROM b JOIN {schema}.job_deps e ON e.parent = b.id
+          JOIN {schema}.jobs d ON d.id = e.dependent
+         WHERE b.status = 'succeeded' OR d.on_parent_failure = 'run'
+         GROUP BY e.dependent
+    ), down AS (
+        UPDATE {schema}.jobs d SET waiting_on = d.waiting_on - c.n
+          FROM c WHERE d.id = c.dependent AND d.waiting_on > 0
+        RETURNING d.id
+    )
+    SELECT count(*) INTO counted FROM down;
+    -- Released: a later statement, which sees the counts just written.
+    UPDATE {schema}.jobs d
+       SET status = 'queued', run_at = now(), version = d.version + 1,
+           parents = {schema}.parent_results(d.id, ids, statuses, results)
+     WHERE d.id = ANY (deps) AND d.status = 'waiting' AND d.waiting_on = 0;
+    UPDATE {schema}.jobs d
+       SET status = 'cancelled', finished_at = now(), version = d.version + 1,
+           cancel_reason = format('parent job %s ended %s', f.id, f.status)
+      FROM (SELECT DISTINCT ON (e.dependent) e.dependent, b.id, b.status
+              FROM unnest(ids, statuses) AS b(id, status)
+              JOIN {schema}.job_deps e ON e.parent = b.id
+             WHERE b.status IN ('dead', 'cancelled')
+             ORDER BY e.dependent, b.id) f
+     WHERE d.id = f.dependent AND d.id = ANY (deps) AND d.status = 'waiting'
+       AND d.on_parent_failure IS NULL;
+    RETURN counted;
+END
+$$;
+
+-- finish_jobs of migration 0014 again, whole, with one change: the parents among the jobs it
+-- finishes (has_dependents) are handed to settle_batch in the same statement. For a batch
+-- without parents the added CTE reads the rows the update returned and calls nothing.
+CREATE OR REPLACE FUNCTION {schema}.finish_jobs(
+    ids        bigint[],
+    tokens     bigint[],
+    statuses   text[],
+    outcomes   text[],
+    channel    text,
+    owner      text      DEFAULT NULL,
+    delays     float8[]  DEFAULT NULL,
+    errors     text[]    DEFAULT NULL,
+    tracebacks text[]    DEFAULT NULL,
+    results    text[]    DEFAULT NULL,
+    children   integer[] DEFAULT NULL,
+    crashed    integer[] DEFAULT NULL,
+    logs       text[]    DEFAULT NULL,
+    refunds    integer[] DEFAULT NULL,
+    host       text      DEFAULT NULL,
+    pid        integer   DEFAULT NULL
+) RETURNS SETOF bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    bad text;
+BEGIN
+    SELECT coalesce(s.v, 'NULL') INTO bad FROM unnest(statuses) AS s(v)
+     WHERE s.v IS NULL OR s.v NOT IN ('succeeded', 'queued', 'dead', 'cancelled') LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'finish_jobs: a leased job becomes succeeded, queued, dead or cancelled, not %',
+            bad USING ERRCODE = 'JR001';
+    END IF;
+    RETURN QUERY
+    WITH r AS (
+        SELECT * FROM unnest(ids, tokens, statuses, outcomes, delays, errors, tracebacks, results,
+                             children, crashed, logs, refunds)
+               AS r(id, token, status, outcome, delay, error, traceback, result, child, crashed,
+                    log, refund)
+    ), upd AS (
+        UPDATE {schema}.jobs j
+           SET status = CASE WHEN r.status = 'queued' AND j.cancel_requested THEN 'cancelled'
+                             ELSE r.status END,
+               run_at = CASE WHEN r.status = 'queued'
+                             THEN now() + make_interval(secs => coalesce(r.delay, 0))
+                             ELSE j.run_at END,
+               finished_at = CASE WHEN r.status = 'queued' AND NOT j.cancel_requested THEN NULL
+                                  ELSE now() END,
+               crashes = j.crashes + coalesce(r.crashed, 0),
+               attempts = j.attempts - coalesce(r.refund, 0),
+               lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1
+          FROM r
+         WHERE j.id = r.id AND j.lease_token = r.token
+           AND (finish_jobs.owner IS NULL OR j.lease_owner = finish_jobs.owner)
+           AND j.status COLLATE "C" = 'leased'  -- lookups by id: "Guards by id" in queries.sql
+        RETURNING j.id, j.lease_token, j.attempts + coalesce(r.refund, 0) AS attempt,
+                  j.started_at, j.queue, j.counted, j.concurrency_key, r.outcome, r.error,
+                  r.traceback, r.result, r.child, r.log, j.has_dependents, j.status
+    ), settled AS (
+        -- 0018: the batch's parents settle their dependents in one call (nothing for others).
+        SELECT {schema}.settle_batch(array_agg(u.id), array_agg(u.status::text),
+                                     array_agg(u.result))
+          FROM upd u WHERE u.has_dependents HAVING count(*) > 0
+    ), freed AS (
+        -- Counted leases and keys given back (docs/dispatch.md); nothing for other jobs.
+        SELECT {schema}.release_limits(array_agg(u.queue), array_agg(u.counted),
+                                       array_agg(u.concurrency_key), array_agg(u.id),
+                                       finish_jobs.channel)
+          FROM upd u WHERE u.counted OR u.concurrency_key IS NOT NULL
+    )
+    INSERT INTO {schema}.job_attempts AS a
+           (job_id, lease_token, attempt, worker_host, worker_pid, worker_child, started_at,
+            outcome, error, traceback, result, log)
+    SELECT u.id, u.lease_token, u.attempt, finish_jobs.host, finish_jobs.pid, u.child,
+           u.started_at, u.outcome, u.error, u.traceback, u.result::jsonb, u.log
+      FROM upd u CROSS JOIN freed LEFT JOIN settled ON true
+    RETURNING a.job_id;
+END
+$$;
+
 
 -- Not SECURITY DEFINER, and no SET clause (each would cost every call a switch of user or of
 -- settings): it runs as whoever changed the parent, a role that may update jobs (the owner,
@@ -151,6 +293,7 @@ CREATE CONSTRAINT TRIGGER jobs_settle_dependents AFTER UPDATE OF status ON {sche
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
     WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status
+          AND OLD.status <> 'leased'  -- a lease's end: finish_jobs settles it (settle_batch)
           AND (NEW.status IN ('succeeded', 'dead', 'cancelled') OR OLD.status IN ('dead', 'cancelled')))
     EXECUTE FUNCTION {schema}.settle_dependents();
 
