@@ -34,10 +34,12 @@ job that is cancelled holds no lease, ran no attempt, and so has nothing to rele
   not all settled. It becomes queued in the transaction that settles its last parent, or
   cancelled (with ``cancel_reason``) when a parent ends dead or cancelled, unless it was
   enqueued with ``on_parent_failure='run'``; retrying that parent brings it back to waiting.
-  Those moves are made by the trigger ``settle_dependents`` (migration 0018), queued only
-  for jobs that have dependents, so whatever changes a parent's status (``finish_jobs``, a
-  cancel, a retry) settles its dependents in its own transaction, and a fenced attempt,
-  which changes nothing, settles nothing. A waiting job can be cancelled like a queued one.
+  Those moves are made (migration 0018) by ``finish_jobs`` for a lease's end (it hands the
+  parents of its batch to ``settle_batch`` in its own statement) and by the trigger
+  ``settle_dependents`` for any other move of a parent (a cancel, a retry), so whatever
+  changes a parent's status settles its dependents in its own transaction, and a fenced
+  attempt, which changes nothing, settles nothing. A waiting job can be cancelled like a
+  queued one.
 
 The SQL domain ``job_status``, the ``outcome_valid`` check of ``job_attempts`` and the
 predicates of the partial indexes that name statuses or outcomes are checked against this
