@@ -303,3 +303,41 @@ def test_a_release_wakes_the_masters_at_its_commit(client, conn, schema, pg_dsn)
         conn.commit()
         woken = list(listener.notifies(timeout=5, stop_after=1))
     assert [(n.channel, n.payload) for n in woken] == [(f"{schema}_ready", "default")]
+
+
+def finish_batch(conn, schema, rows, statuses, results):
+    """End several leases in one finish_jobs call (a completion batch), committed."""
+    outcomes = [{"dead": "failed"}.get(s, s) for s in statuses]
+    conn.execute(sql.SQL("SELECT {s}.finish_jobs(%s::bigint[], %s::bigint[], %s::text[],"
+                         " %s::text[], 'none', 'm1', results => %s::text[])").format(
+        s=sql.Identifier(schema)),
+        [[r["id"] for r in rows], [r["lease_token"] for r in rows], statuses, outcomes,
+         [json.dumps(x) for x in results]]).fetchall()
+    conn.commit()
+
+
+def test_one_batch_settles_many_parents_with_their_results(client, conn, schema, db):
+    ids = client.enqueue_workflow(wf.chord(["p"] * 4, "cb")).job_ids
+    parents, cb = ids[:4], ids[4]
+    rows = sorted(lease(conn, schema, 10, "m1"), key=lambda r: r["id"])
+    conn.commit()
+    finish_batch(conn, schema, rows[:1], ["succeeded"], ["first"])
+    finish_batch(conn, schema, rows[1:], ["succeeded"] * 3, [10, {"k": [1]}, None])
+    job = client.get(cb)
+    assert job.status == "queued" and job.waiting_on == 0
+    assert job.parents == {str(parents[0]): "first", str(parents[1]): 10,
+                           str(parents[2]): {"k": [1]}, str(parents[3]): None}
+
+
+def test_a_batch_with_a_dead_parent_cancels_and_a_run_dependent_counts_it(client, conn, schema, db):
+    made = client.enqueue_workflow(wf.graph(
+        {"a": "p", "b": "p", "cancel": "c", "run": wf.Step("r", on_parent_failure="run")},
+        after={"cancel": ["a", "b"], "run": ["a", "b"]}))
+    a, b, cancel_id, run_id = made.job_ids
+    rows = sorted(lease(conn, schema, 10, "m1"), key=lambda r: r["id"])
+    conn.commit()
+    finish_batch(conn, schema, rows, ["succeeded", "dead"], ["ok", None])
+    assert db.statuses([cancel_id, run_id]) == {cancel_id: "cancelled", run_id: "queued"}
+    assert client.get(cancel_id).cancel_reason == f"parent job {b} ended dead"
+    assert client.get(run_id).parents == {str(a): "ok", str(b): None}
+    assert nothing_lost(db.conn, schema) == []
