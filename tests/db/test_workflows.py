@@ -203,6 +203,7 @@ def test_purge_takes_a_workflow_whole_once_every_member_finished(client, conn, s
     assert client.purge("1d") == 0  # b is still queued: nothing of the workflow goes
     run_next(conn, schema)
     db.rows("UPDATE {s}.jobs SET finished_at = now() - interval '2 days' RETURNING id")
+    assert client.purge("1d", statuses=["dead"]) == 0  # a workflow goes whole or not at all
     assert client.purge("1d") == 2
     assert db.count() == 0 and db.rows("SELECT count(*) AS n FROM {s}.job_deps")[0]["n"] == 0
 
