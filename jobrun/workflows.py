@@ -34,6 +34,7 @@ from jobrun.sql import Queries
 
 POLICIES = ("cancel", "run")
 MAX_STEPS = 100_000
+MAX_EDGES = 1_000_000  # a chain of two groups of 1,000 is a million edges already
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,8 @@ def _check_step(n: int, step: Step, limit: int) -> tuple:
     try:
         if not isinstance(step, Step):
             raise InvalidInput(f"a Step, not {type(step).__name__}")
+        if not isinstance(step.after, (tuple, list)):
+            raise InvalidInput(f"after is a list of job ids, not {type(step.after).__name__}")
         if step.on_parent_failure not in POLICIES:
             raise InvalidInput(f"invalid on_parent_failure {step.on_parent_failure!r}: cancel or run")
         return (validate.task_name(step.task), validate.payload(step.payload, limit),
@@ -275,6 +278,9 @@ def enqueue_workflow(q: Queries, limit: int, flow: Any, *, idempotency_key: str 
         raise InvalidInput("a workflow has at least one job")
     if len(flat.steps) > MAX_STEPS:
         raise InvalidInput(f"a workflow has at most {MAX_STEPS} jobs, not {len(flat.steps)}")
+    if len(flat.edges) > MAX_EDGES:
+        raise InvalidInput(f"a workflow has at most {MAX_EDGES} dependencies, not"
+                           f" {len(flat.edges)}: put one job between two large groups")
     validate.queue_name(queue)
     checked = [_check_step(n, s, limit) for n, s in enumerate(flat.steps)]
     deps, items, jobs = [], [], []

@@ -113,3 +113,15 @@ def test_bad_shapes_are_one_line():
         wf.from_spec({"chain": ["a", {"task": "b", "oops": 1}]})
     with pytest.raises(InvalidInput, match="one of task, chain, group, chord or graph"):
         wf.from_spec({"chain": ["a"], "group": ["b"]})
+
+
+def test_bad_steps_are_refused_before_anything_is_sent():
+    def first_step(flow):
+        return next(wf.enqueue_workflow(None, 1024, flow))
+
+    with pytest.raises(InvalidInput, match="^workflow job 2: after is a list of job ids, not int$"):
+        first_step(wf.chain("a", wf.Step("b", after=5)))
+    with pytest.raises(InvalidInput, match="^workflow job 1: invalid on_parent_failure 'later'"):
+        first_step(wf.Step("a", on_parent_failure="later"))
+    with pytest.raises(InvalidInput, match="at most 1000000 dependencies, not 1002001"):
+        first_step(wf.chain(wf.group(*["a"] * 1001), wf.group(*["b"] * 1001)))
