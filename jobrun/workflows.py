@@ -12,7 +12,7 @@ users know build one:
   refused, naming it.
 
 ``flatten`` turns a shape into (steps, edges) and is a pure function, as is ``order`` (a
-graph's topological order, or the cycle that prevents one); tests/unit/test_workflows.py
+graph's topological order, or the cycle that prevents one); tests/unit/test_workflow_shapes.py
 holds their properties. The operations at the end are written as :mod:`jobrun.ops` writes
 them (generators of steps, no I/O) and stored by one call of the SQL function
 ``enqueue_workflow`` (migration 0018), which checks the order again, so no entry point can
