@@ -1,2 +1,0 @@
--- 0017 placeholder for {schema} (local only)
-SELECT 1;
