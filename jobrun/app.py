@@ -36,6 +36,9 @@ class Job:
     token: int = 0
     created_at: float = 0.0  # epoch seconds, database clock
     idempotency_key: str | None = None
+    # Its parents' results by parent id (a job enqueued after others: docs/workflows.md);
+    # None for a job without parents.
+    parents: dict[int, Any] | None = None
 
 
 @dataclass

@@ -17,7 +17,8 @@ import psycopg
 from jobrun import config
 from jobrun.store import db
 from jobrun.store.driver import drive, drive_async
-from jobrun import ops, queues
+from jobrun import ops, queues, workflows
+from jobrun.errors import InvalidInput
 from jobrun.records import JobSpec
 from jobrun.schedules import Schedules
 from jobrun.sql import for_schema
@@ -59,14 +60,28 @@ class _Api:
                 priority: int | None = None, run_at: datetime | None = None,
                 delay: float | str | None = None, max_attempts: int | None = None,
                 idempotency_key: str | None = None, conn: Any = None,
-                payload_is_json: bool = False, concurrency_key: str | None = None):
+                payload_is_json: bool = False, concurrency_key: str | None = None,
+                after: Sequence[int] | None = None, on_parent_failure: str = "cancel"):
         """Enqueue one job; returns ``Enqueued(job, created)``.
+
+        ``after``: ids of jobs it waits for (docs/workflows.md): it is ``waiting`` until they
+        all succeeded, and is cancelled if one ends dead or cancelled, unless
+        ``on_parent_failure='run'``. Not with run_at, delay or concurrency_key.
 
         ``payload`` is any JSON-serialisable value (or JSON text with ``payload_is_json``).
         ``delay`` is seconds or a duration such as ``"30s"``; give it or ``run_at``.
         ``priority`` and ``max_attempts`` left None take the queue's defaults; jobs with one
         ``concurrency_key`` run at most the queue's key_concurrency at a time.
         """
+        if after is None and on_parent_failure != "cancel":
+            raise InvalidInput("on_parent_failure goes with after (the jobs it waits for)")
+        if after is not None:
+            if run_at is not None or delay is not None or concurrency_key is not None:
+                raise InvalidInput("after does not go with run_at, delay or concurrency_key")
+            return self._run(workflows.enqueue_after(
+                self.queries, self.limit, task, payload, after, queue=queue, priority=priority,
+                max_attempts=max_attempts, on_parent_failure=on_parent_failure,
+                idempotency_key=idempotency_key, payload_is_json=payload_is_json), conn)
         return self._run(ops.enqueue(
             self.queries, self.limit, task, payload, queue=queue, priority=priority,
             run_at=run_at, delay=delay, max_attempts=max_attempts,
@@ -82,6 +97,25 @@ class _Api:
             self.queries, self.limit, items, queue=queue, priority=priority, run_at=run_at,
             delay=delay, max_attempts=max_attempts, concurrency_key=concurrency_key,
             wake_after=self._wakes_after(conn)), conn)
+
+    # --- workflows (jobrun/workflows.py) -------------------------------------------------------
+
+    def enqueue_workflow(self, flow: Any, *, idempotency_key: str | None = None,
+                         queue: str = "default", conn: Any = None):
+        """Enqueue a workflow (``workflows.chain``, ``group``, ``chord``, ``graph``, or one
+        ``Step``) atomically, under one idempotency key for the whole; returns
+        ``EnqueuedWorkflow(id, job_ids, created)``, the ids in the order of the flattened
+        shape (``workflows.flatten``)."""
+        return self._run(workflows.enqueue_workflow(
+            self.queries, self.limit, flow, idempotency_key=idempotency_key, queue=queue), conn)
+
+    def workflow(self, workflow_id: int, *, conn: Any = None):
+        """A workflow with its members' statuses (``WorkflowRecord``)."""
+        return self._run(workflows.get(self.queries, workflow_id), conn)
+
+    def cancel_workflow(self, workflow_id: int, *, conn: Any = None):
+        """Cancel every member not finished; returns the ids of the members changed."""
+        return self._run(workflows.cancel(self.queries, workflow_id), conn)
 
     # --- inspection and admin -------------------------------------------------------------
 

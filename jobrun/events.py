@@ -12,11 +12,12 @@ same statement recorded in ``job_attempts``); :func:`kind` is the same rule in P
     status moves   queued ─> leased                        claimed
                    leased ─> succeeded | dead | cancelled  that status (the terminal events)
                    leased ─> queued, by the attempt's outcome:
-                             released ───────────────────> released   (shutdown; not counted)
+                             released ───────────────────> released   (a stop, a neighbour's kill)
                              lease_expired ──────────────> reaped     (its holder went silent)
                              any other ──────────────────> retried    (run_at, delay)
                              no attempt recorded ────────> given_back (a claim undone: unclaim)
-                   dead | cancelled ─> queued ───────────> requeued   (jobrun retry)
+                   dead | cancelled ─> queued | waiting ─> requeued   (jobrun retry)
+                   waiting ─> queued ────────────────────> ready      (its parents settled)
                    queued ─> cancelled ──────────────────> cancelled
     status stays   leased, attempts grow ────────────────> started
                    cancel asked of a leased job ─────────> cancel_requested
@@ -51,11 +52,12 @@ class Kind:
     GIVEN_BACK = "given_back"
     REQUEUED = "requeued"
     LEASE_LOST = "lease_lost"
+    READY = "ready"
 
 
 KINDS = (Kind.ENQUEUED, Kind.CLAIMED, Kind.STARTED, Kind.CANCEL_REQUESTED, Kind.CHANGED,
          Kind.SUCCEEDED, Kind.DEAD, Kind.CANCELLED, Kind.RETRIED, Kind.RELEASED, Kind.REAPED,
-         Kind.GIVEN_BACK, Kind.REQUEUED, Kind.LEASE_LOST)
+         Kind.GIVEN_BACK, Kind.REQUEUED, Kind.LEASE_LOST, Kind.READY)
 # The events that end a job: one per finish, kept by the modes all and terminal.
 TERMINAL_KINDS = (Kind.SUCCEEDED, Kind.DEAD, Kind.CANCELLED)
 
@@ -104,6 +106,8 @@ def kind(old_status: str | None, new_status: str, outcome: str | None = None, *,
         return Kind.RETRIED
     if old_status in (Status.DEAD, Status.CANCELLED):
         return Kind.REQUEUED
+    if old_status == Status.WAITING and new_status == Status.QUEUED:
+        return Kind.READY
     return Kind.CHANGED  # a move the log has no name for: a new status adds its own
 
 

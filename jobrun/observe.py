@@ -91,6 +91,7 @@ class QueueView:
     # The owners of the live masters serving it (None: not read); empty, and its jobs wait
     # for a master that does not exist.
     served_by: list[str] | None = None
+    waiting: int = 0       # waiting for parents (workflows)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def queues(conn: psycopg.Connection, q: Queries) -> list[QueueView]:
                       done_per_s=r["finished"] / RATE_WINDOW, wait_p50=r["wait_p50"],
                       wait_p95=r["wait_p95"], wait_sample=r["wait_sample"],
                       failures=r["failures"], limits=limits_text(r), held=r["held"] or "",
-                      served_by=list(r["served_by"]))
+                      served_by=list(r["served_by"]), waiting=r["waiting"])
             for r in rows]
 
 

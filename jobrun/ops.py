@@ -393,6 +393,14 @@ def purge(q: Queries, older_than: float | str | None, statuses: Sequence[str] = 
             total += count
             if count < batch:
                 break
+    # Workflows go whole, once every member finished that long ago (whatever its status): so
+    # only by a purge of every finished status.
+    while secs > 0 and set(statuses) == set(TERMINAL):
+        deleted = yield Step(q.purge_workflows, {"older_than": secs, "batch": batch},
+                             returns_rows=True)
+        total += sum(r["n"] for r in deleted)
+        if len(deleted) < batch:
+            break
     return total
 
 

@@ -7,6 +7,9 @@ it never parses or re-encodes payloads; only the child decodes them.
 master -> child: {"t": "job", "id", "token", "owner", "task", "queue", "attempt",
                   "max_attempts", "priority", "created_at", "key", "payload": <raw JSON>}
                  (several job frames may come in one write: the child runs them in order)
+                 a dependent released by its parents (workflows) has "parents": {id: result}
+                 after its payload: the claim statement returns that tail with the payload
+                 text, so the frame is built the same way for every job
                  {"t": "stop"}                      finish, then exit 0
                  {"t": "interrupt", "id", "token", "why"}  (a child with slots) stop that job:
                                                    why = lease_lost | cancel | timeout

@@ -50,6 +50,11 @@ class JobRecord:
     base_priority: int | None = None  # its priority before aging improved it (None: not aged)
     aged_at: datetime | None = None   # when its last aging step was due (None: not aged)
     concurrency_key: str | None = None  # at most the queue's key_concurrency run at once
+    workflow_id: int | None = None  # the workflow it belongs to (docs/workflows.md)
+    waiting_on: int | None = None   # parents not yet settled (None: no parents)
+    on_parent_failure: str | None = None  # 'run', or None: cancelled when a parent fails
+    parents: Any = None             # its parents' results by id (str), set at its release
+    cancel_reason: str | None = None  # why a parent's failure cancelled it
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "JobRecord":
@@ -140,7 +145,42 @@ class QueueStats:
     dead: int
     cancelled: int
     oldest_queued_age: float | None
+    waiting: int = 0  # waiting for parents (workflows)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "QueueStats":
         return _from_row(cls, row)
+
+
+@dataclass(frozen=True)
+class WorkflowRecord:
+    """A workflow: its jobs in id order, each a dict (id, task, queue, status, attempts,
+    cancel_reason, finished_at, after: the ids of its parents)."""
+    id: int
+    shape: str
+    created_at: datetime
+    jobs: list
+    idempotency_key: str | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "WorkflowRecord":
+        return _from_row(cls, row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields(self)
+
+    @property
+    def status(self) -> str:
+        """running (a member not finished), succeeded (all succeeded) or failed."""
+        statuses = {j["status"] for j in self.jobs}
+        if statuses & {"waiting", "queued", "leased"}:
+            return "running"
+        return "succeeded" if statuses <= {"succeeded"} else "failed"
+
+
+class EnqueuedWorkflow(NamedTuple):
+    """What enqueue_workflow returns: the workflow's id, its jobs' ids in the order given,
+    and whether it was created (False: a replay of its idempotency key)."""
+    id: int
+    job_ids: list[int]
+    created: bool

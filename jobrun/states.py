@@ -2,6 +2,9 @@
 
 ::
 
+    enqueue after parents ──> waiting ── last parent settled (in its transaction) ──┐
+                               │  └── a parent ended dead/cancelled ──> cancelled  │
+                               v                                                   v
                     claim                       attempt ended (finish_jobs)
     enqueue ──> queued ─────> leased ──────────────────────> succeeded
                  │ ^ ^          │ ├─────────────────────────> dead ───────┐
@@ -27,8 +30,16 @@ attempt with its outcome. A leased job going back unstarted (``unclaim``) is the
 undone, not an attempt: its attempt is not counted and no attempt row is written. A queued
 job that is cancelled holds no lease, ran no attempt, and so has nothing to release.
 
-Not built yet: a waiting status for jobs that depend on others (workflows). It would be
-added here, to the ``job_status`` domain (a migration), and its release to ``finish_jobs``.
+* **waiting**: enqueued after other jobs (its parents: ``after=``, a workflow) that have
+  not all settled. It becomes queued in the transaction that settles its last parent, or
+  cancelled (with ``cancel_reason``) when a parent ends dead or cancelled, unless it was
+  enqueued with ``on_parent_failure='run'``; retrying that parent brings it back to waiting.
+  Those moves are made (migration 0019) by ``finish_jobs`` for a lease's end (it hands the
+  parents of its batch to ``settle_batch`` in its own statement) and by the trigger
+  ``settle_dependents`` for any other move of a parent (a cancel, a retry), so whatever
+  changes a parent's status settles its dependents in its own transaction, and a fenced
+  attempt, which changes nothing, settles nothing. A waiting job can be cancelled like a
+  queued one.
 
 The SQL domain ``job_status``, the ``outcome_valid`` check of ``job_attempts`` and the
 predicates of the partial indexes that name statuses or outcomes are checked against this
@@ -43,6 +54,7 @@ from types import MappingProxyType
 class Status:
     """The values of ``jobs.status`` (the ``job_status`` domain)."""
 
+    WAITING = "waiting"
     QUEUED = "queued"
     LEASED = "leased"
     SUCCEEDED = "succeeded"
@@ -63,7 +75,7 @@ class Outcome:
     RELEASED = "released"          # cut short by the master (shutdown, a neighbour's kill)
 
 
-STATUSES = (Status.QUEUED, Status.LEASED, Status.SUCCEEDED, Status.DEAD, Status.CANCELLED)
+STATUSES = (Status.WAITING, Status.QUEUED, Status.LEASED, Status.SUCCEEDED, Status.DEAD, Status.CANCELLED)
 # Finished: set finished_at; purged by retention; the only ones that can be deleted.
 TERMINAL = (Status.SUCCEEDED, Status.DEAD, Status.CANCELLED)
 OUTCOMES = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RETRY, Outcome.TIMEOUT,
@@ -73,11 +85,12 @@ OUTCOMES = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RETRY, Outcome.TIMEOUT,
 FAILURES = (Outcome.FAILED, Outcome.TIMEOUT, Outcome.WORKER_LOST, Outcome.LEASE_EXPIRED)
 
 TRANSITIONS: MappingProxyType[str, frozenset[str]] = MappingProxyType({
+    Status.WAITING: frozenset({Status.QUEUED, Status.CANCELLED}),
     Status.QUEUED: frozenset({Status.LEASED, Status.CANCELLED}),
     Status.LEASED: frozenset({Status.SUCCEEDED, Status.QUEUED, Status.DEAD, Status.CANCELLED}),
     Status.SUCCEEDED: frozenset(),
-    Status.DEAD: frozenset({Status.QUEUED}),
-    Status.CANCELLED: frozenset({Status.QUEUED}),
+    Status.DEAD: frozenset({Status.QUEUED, Status.WAITING}),
+    Status.CANCELLED: frozenset({Status.QUEUED, Status.WAITING}),
 })
 # Where an attempt can leave its job: the targets finish_jobs accepts.
 FINISHES = TRANSITIONS[Status.LEASED]

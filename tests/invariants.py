@@ -7,9 +7,11 @@ succeeded transactional job has its effects exactly once (one processed_effects 
 the test keeps an ``effects`` table, one row there); and a job's version moved only with
 changes a user sees (docs/concepts.md, "Versions"): at most twice per claim (the claim, and
 the end of that lease: finished, requeued or given back) and once for a cancel, however long
-it ran and however often it was renewed or aged. (A test that retries jobs by hand adds one a
-retry: it is not one of these runs.) A released attempt (shutdown, or a child with slots
-killed for a neighbour's sake) says why.
+it ran and however often it was renewed or aged, plus one for a dependent's release. (A test
+that retries jobs by hand adds one a retry: it is not one of these runs.) A released attempt
+(shutdown, or a child with slots killed for a neighbour's sake) says why. Workflows: a
+waiting job has a parent not settled, and no dependent started before every parent had
+succeeded (or, with on_parent_failure 'run', had finished).
 Returns the violations; an empty list means nothing was lost.
 
 ``after_faults`` is the stricter check the fault suite runs once its faults stopped: it waits
@@ -17,7 +19,8 @@ Returns the violations; an empty list means nothing was lost.
 job to settle, and then also requires each job to end in a status the test intends (dead and
 cancelled jobs with a recorded reason) and, when the test keeps an append-only ``starts``
 record (one row per handler start), no job started more than max_attempts times by that
-record either.
+record either, and no dependent started (by that record) before every parent had succeeded.
+A job cancelled because a parent failed has its reason in ``cancel_reason``.
 
 With the transition log recording everything (``jobrun events mode all``, migration 0017),
 both also check each job's events against it: its first event is ``enqueued``, each next
@@ -60,9 +63,28 @@ SELECT 'effects without success', p.job_id FROM {schema}.processed_effects p
 UNION ALL
 SELECT 'version moved without a change a user sees', j.id FROM {schema}.jobs j
  WHERE j.version > 2 * j.lease_token + (j.status = 'cancelled' OR j.cancel_requested)::int
+                    + (j.waiting_on IS NOT NULL)::int
 UNION ALL
 SELECT 'released without a reason', a.job_id FROM {schema}.job_attempts a
  WHERE a.outcome = 'released' AND a.error IS NULL
+UNION ALL
+SELECT 'waiting with no parent unsettled', d.id FROM {schema}.jobs d
+ WHERE d.status = 'waiting' AND NOT EXISTS (
+       SELECT FROM {schema}.job_deps e JOIN {schema}.jobs p ON p.id = e.parent
+        WHERE e.dependent = d.id AND p.status IN ('waiting', 'queued', 'leased'))
+UNION ALL
+SELECT 'started before its parents all succeeded', d.id FROM {schema}.jobs d
+  JOIN {schema}.job_deps e ON e.dependent = d.id JOIN {schema}.jobs p ON p.id = e.parent
+ WHERE d.attempts > 0
+   AND (p.status NOT IN ('succeeded', 'dead', 'cancelled')
+        OR (d.on_parent_failure IS NULL AND p.status <> 'succeeded')
+        OR coalesce((SELECT min(a.started_at) FROM {schema}.job_attempts a WHERE a.job_id = d.id),
+                    d.started_at) < p.finished_at)
+UNION ALL
+SELECT 'cancelled for a parent that did not fail', d.id FROM {schema}.jobs d
+ WHERE d.status = 'cancelled' AND d.cancel_reason IS NOT NULL AND NOT EXISTS (
+       SELECT FROM {schema}.job_deps e JOIN {schema}.jobs p ON p.id = e.parent
+        WHERE e.dependent = d.id AND p.status IN ('dead', 'cancelled'))
 """
 
 # When the test keeps its own effects table (one row per committed handler run).
@@ -89,7 +111,7 @@ SELECT 'dead without a reason', j.id FROM {schema}.jobs j
         WHERE a.job_id = j.id AND a.outcome <> 'succeeded' AND a.error IS NOT NULL)
 UNION ALL
 SELECT 'cancelled without a reason', j.id FROM {schema}.jobs j
- WHERE j.status = 'cancelled' AND NOT j.cancel_requested
+ WHERE j.status = 'cancelled' AND NOT j.cancel_requested AND j.cancel_reason IS NULL
 UNION ALL
 SELECT 'lost (missing)', e.id FROM unnest(%(enqueued)s::bigint[]) AS e(id)
  WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = e.id)
@@ -107,6 +129,12 @@ UNION ALL
 SELECT 'succeeded without a recorded start', j.id FROM {schema}.jobs j
  WHERE j.status = 'succeeded' AND j.task = ANY(%(recorded)s)
    AND NOT EXISTS (SELECT 1 FROM {schema}.starts s WHERE s.job_id = j.id)
+UNION ALL
+SELECT 'a dependent started before its parents all succeeded', s.job_id
+  FROM {schema}.starts s JOIN {schema}.job_deps e ON e.dependent = s.job_id
+  JOIN {schema}.jobs p ON p.id = e.parent JOIN {schema}.jobs d ON d.id = s.job_id
+ WHERE p.finished_at IS NULL OR s.at < p.finished_at
+    OR (p.status <> 'succeeded' AND d.on_parent_failure IS NULL)
 """
 
 # The job's events tell its story (mode all): run only when the mode is all throughout.

@@ -37,6 +37,7 @@ from jobrun.admin.options import AsJson, Dsn, JobId, Schema, apply_migrations, s
 from jobrun.admin.output import emit, note, table, timestamp
 from jobrun.admin.queue_cli import queue_app
 from jobrun.admin.schedule_cli import schedule_app
+from jobrun.admin.workflow_cli import workflow_app
 from jobrun.errors import InvalidInput, JobrunError
 from jobrun.redact import redact, title_without_secrets, undecodable_argument
 from jobrun.store import db
@@ -134,6 +135,12 @@ def enqueue(
     concurrency_key: Annotated[Optional[str], typer.Option(
         "--concurrency-key", help="Run at most the queue's key_concurrency jobs with this key at once.",
         show_default=False)] = None,
+    after: Annotated[Optional[list[int]], typer.Option(
+        "--after", metavar="JOB_ID", show_default=False,
+        help="Wait for this job to succeed first (repeat for several).")] = None,
+    on_parent_failure: Annotated[str, typer.Option(
+        "--on-parent-failure", metavar="cancel|run",
+        help="When a job it waits for ends dead or cancelled.")] = "cancel",
     dsn: Dsn = None, schema: Schema = None, as_json: AsJson = False,
 ) -> None:
     """Enqueue a job; prints it as JSON with "created" (false for an idempotent replay)."""
@@ -146,7 +153,8 @@ def enqueue(
     result = s.client().enqueue(task, payload, queue=queue, priority=priority, run_at=when,
                                 delay=delay, max_attempts=max_attempts, idempotency_key=key,
                                 payload_is_json=payload is not None,
-                                concurrency_key=concurrency_key)
+                                concurrency_key=concurrency_key, after=after or None,
+                                on_parent_failure=on_parent_failure)
     emit({**result.job.to_dict(), "created": result.created})
 
 
@@ -284,9 +292,10 @@ def stats(ctx: typer.Context, dsn: Dsn = None, schema: Schema = None,
     if s.as_json:
         emit([dataclasses.asdict(r) for r in rows])
         return
-    table(["queue", "paused", "queued", "scheduled", "leased", "succeeded", "dead",
+    table(["queue", "paused", "waiting", "queued", "scheduled", "leased", "succeeded", "dead",
            "cancelled", "oldest queued"],
-          [[r.queue, "yes" if r.paused else "", r.queued, r.scheduled, r.leased, r.succeeded,
+          [[r.queue, "yes" if r.paused else "", r.waiting, r.queued, r.scheduled, r.leased,
+            r.succeeded,
             r.dead, r.cancelled, _age(r.oldest_queued_age)] for r in rows], "no queues")
 
 
@@ -294,6 +303,7 @@ app.command("web")(web_cli.web)
 app.command("worker")(remote_cli.worker)
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(queue_app, name="queue")
+app.add_typer(workflow_app, name="workflow")
 ops_cli.register(app)      # config, embedded, events, roles, health, bench
 observe_cli.register(app)  # workers, logs, top
 

@@ -234,7 +234,7 @@ class ChildRuntime:
                    payload=frame["payload"], attempt=frame["attempt"],
                    max_attempts=frame["max_attempts"], priority=frame.get("priority", 0),
                    token=frame["token"], created_at=frame.get("created_at", 0.0),
-                   idempotency_key=frame.get("key"))
+                   idempotency_key=frame.get("key"), parents=_parents(frame.get("parents")))
 
     def unrunnable(self, frame: dict[str, Any], undecodable: str | None) -> dict[str, Any]:
         """The outcome of a job that cannot run here: its payload does not decode, or the app
@@ -464,3 +464,8 @@ def run_child(app: App, app_spec: str, sock: socket.socket, index: int, master_p
 
 if __name__ == "__main__":
     main()
+
+
+def _parents(found: dict[str, Any] | None) -> dict[int, Any] | None:
+    """A dependent's parents' results, keyed by id (JSON keys are text)."""
+    return None if found is None else {int(k): v for k, v in found.items()}

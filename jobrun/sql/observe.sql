@@ -21,7 +21,7 @@ SELECT owner, host, pid, app, queues, tasks, concurrency, slots, busy, version, 
  ORDER BY host, pid, owner
 
 -- name: observe_queues
--- Per declared queue: its settings (intervals in seconds), runnable/scheduled/leased depth and oldest runnable age, enqueues and finishes in the last `rate_window` s, wait p50/p95 of the latest `sample` jobs finished in `wait_window` s, failed attempts in `fail_window` s; `served_by`: the owners of the live masters serving it.
+-- Per declared queue: its settings (intervals in seconds), runnable/scheduled/leased/waiting depth and oldest runnable age, enqueues and finishes in the last `rate_window` s, wait p50/p95 of the latest `sample` jobs finished in `wait_window` s, failed attempts in `fail_window` s; `served_by`: the owners of the live masters serving it.
 WITH queued AS (
     SELECT queue,
            count(*) FILTER (WHERE run_at <= now()) AS queued,
@@ -30,6 +30,8 @@ WITH queued AS (
       FROM {schema}.jobs WHERE status = 'queued' GROUP BY queue
 ), leased AS (
     SELECT queue, count(*) AS leased FROM {schema}.jobs WHERE status = 'leased' GROUP BY queue
+), waiting AS (
+    SELECT queue, count(*) AS waiting FROM {schema}.jobs WHERE status = 'waiting' GROUP BY queue
 ), enqueued AS (
     SELECT queue, count(*) AS n FROM {schema}.jobs
      WHERE created_at > now() - make_interval(secs => %(rate_window)s) GROUP BY queue
@@ -82,7 +84,7 @@ SELECT k.name AS queue, k.name, k.paused, k.concurrency, k.rate_limit,
        extract(epoch FROM k.retention)::float8 AS retention, k.key_concurrency, h.held,
        k.created_at, k.updated_at, k.version,
        coalesce(q.queued, 0) AS queued, coalesce(q.scheduled, 0) AS scheduled,
-       coalesce(l.leased, 0) AS leased,
+       coalesce(l.leased, 0) AS leased, coalesce(wt.waiting, 0) AS waiting,
        extract(epoch FROM now() - q.oldest_runnable)::float8 AS oldest_age,
        coalesce(e.n, 0) AS enqueued, coalesce(f.n, 0) AS finished,
        w.wait_p50, w.wait_p95, coalesce(w.wait_sample, 0) AS wait_sample,
@@ -90,6 +92,7 @@ SELECT k.name AS queue, k.name, k.paused, k.concurrency, k.rate_limit,
   FROM {schema}.queues k
   LEFT JOIN queued q ON q.queue = k.name
   LEFT JOIN leased l ON l.queue = k.name
+  LEFT JOIN waiting wt ON wt.queue = k.name
   LEFT JOIN enqueued e ON e.queue = k.name
   LEFT JOIN finished f ON f.queue = k.name
   LEFT JOIN waits w ON w.queue = k.name

@@ -134,23 +134,24 @@ SELECT * FROM {schema}.jobs
  LIMIT %(limit)s
 
 -- name: cancel_job
--- Cancel a job: a queued one at once, a leased one by setting cancel_requested; returns the row. `actor` (when not NULL) names the caller in the job's event (jobrun.actor, migration 0017).
+-- Cancel a job: a waiting or queued one at once, a leased one by setting cancel_requested; returns the row. `actor` (when not NULL) names the caller in the job's event (jobrun.actor, migration 0017).
 UPDATE {schema}.jobs j
-   SET status = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE j.status END,
-       finished_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.finished_at END,
+   SET status = CASE WHEN j.status = 'leased' THEN j.status ELSE 'cancelled' END,
+       finished_at = CASE WHEN j.status = 'leased' THEN j.finished_at ELSE now() END,
        cancel_requested = (j.status = 'leased'), version = j.version + 1
   FROM (SELECT CASE WHEN %(actor)s::text IS NOT NULL
                     THEN set_config('jobrun.actor', %(actor)s::text, true) END) AS who(actor)
- WHERE j.id = %(id)s AND j.status IN ('queued', 'leased')
+ WHERE j.id = %(id)s AND j.status IN ('waiting', 'queued', 'leased')
    AND (%(version)s::bigint IS NULL OR j.version = %(version)s)
 RETURNING j.*
 
 -- name: retry_job
--- Put a dead or cancelled job back to queued now, with its attempts and crashes reset and the priority it was enqueued with (before aging); `actor` as in cancel_job.
+-- Put a dead or cancelled job back to queued now (to waiting while parents of it are unsettled), with its attempts and crashes reset and the priority it was enqueued with (before aging); `actor` as in cancel_job.
 WITH r AS (
     UPDATE {schema}.jobs j
-       SET status = 'queued', attempts = 0, crashes = 0, run_at = now(), finished_at = NULL,
-           cancel_requested = false, version = j.version + 1,
+       SET status = CASE WHEN j.waiting_on > 0 THEN 'waiting' ELSE 'queued' END,
+           attempts = 0, crashes = 0, run_at = now(), finished_at = NULL,
+           cancel_requested = false, version = j.version + 1, cancel_reason = NULL,
            priority = coalesce(j.base_priority, j.priority), base_priority = NULL,
            aged_at = NULL
       FROM (SELECT CASE WHEN %(actor)s::text IS NOT NULL
@@ -159,15 +160,15 @@ WITH r AS (
        AND (%(version)s::bigint IS NULL OR j.version = %(version)s)
     RETURNING j.*
 ), n AS (
-    SELECT pg_notify(%(channel)s, r.queue) FROM r
+    SELECT pg_notify(%(channel)s, r.queue) FROM r WHERE r.status = 'queued'
 )
 SELECT r.* FROM r LEFT JOIN n ON true
 
 -- name: purge_batch
--- Delete up to `batch` finished jobs (and their attempts and effects) older than a duration, of the queues in `only` (all when NULL) but not in `exclude`.
+-- Delete up to `batch` finished jobs (and their attempts and effects) older than a duration, of the queues in `only` (all when NULL) but not in `exclude`; members of workflows are left to purge_workflows.
 WITH d AS (
     SELECT id FROM {schema}.jobs
-     WHERE status = ANY(%(statuses)s::text[])
+     WHERE status = ANY(%(statuses)s::text[]) AND workflow_id IS NULL
        AND finished_at < now() - make_interval(secs => %(older_than)s)
        AND (%(only)s::text[] IS NULL OR queue = ANY(%(only)s::text[]))
        AND queue <> ALL(%(exclude)s::text[])
@@ -184,6 +185,7 @@ DELETE FROM {schema}.jobs j USING d WHERE j.id = d.id
 -- name: stats
 -- Job counts by queue and status, with the age of the oldest runnable queued job per queue.
 SELECT k.name AS queue, k.paused,
+       coalesce(c.waiting, 0) AS waiting,
        coalesce(c.queued, 0) AS queued, coalesce(c.scheduled, 0) AS scheduled,
        coalesce(c.leased, 0) AS leased, coalesce(c.succeeded, 0) AS succeeded,
        coalesce(c.dead, 0) AS dead, coalesce(c.cancelled, 0) AS cancelled,
@@ -191,6 +193,7 @@ SELECT k.name AS queue, k.paused,
   FROM {schema}.queues k
   LEFT JOIN (
     SELECT queue,
+           count(*) FILTER (WHERE status = 'waiting') AS waiting,
            count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS queued,
            count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS scheduled,
            count(*) FILTER (WHERE status = 'leased') AS leased,
@@ -331,7 +334,9 @@ WITH q AS (
     RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes,
               j.priority, j.idempotency_key, j.traceparent,
               extract(epoch FROM j.created_at)::float8 AS created_at,
-              extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload,
+              extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              CASE WHEN j.parents IS NULL THEN j.payload::text  -- workflows: see claim_plain
+                   ELSE j.payload::text || ',"parents":' || j.parents::text END AS payload,
               j.counted
 ), took AS (
     UPDATE {schema}.queue_claims c
@@ -398,7 +403,12 @@ WITH cand AS MATERIALIZED (
     RETURNING j.id, j.lease_token, j.task, j.queue, j.attempts, j.max_attempts, j.crashes,
               j.priority, j.idempotency_key, j.traceparent,
               extract(epoch FROM j.created_at)::float8 AS created_at,
-              extract(epoch FROM now() - j.run_at)::float8 AS waited, j.payload::text AS payload
+              extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              -- A released dependent's parents' results (migration 0019) follow its payload:
+              -- the frame splices this text in last (protocol.JobFrames), so they arrive as a
+              -- "parents" field of the frame. NULL for every other job: the payload alone.
+              CASE WHEN j.parents IS NULL THEN j.payload::text
+                   ELSE j.payload::text || ',"parents":' || j.parents::text END AS payload
 )
 SELECT id, lease_token, task, queue, attempts, max_attempts, crashes, priority, idempotency_key,
        traceparent, created_at, waited, payload, NULL::text AS held, NULL::float8 AS retry
@@ -538,9 +548,14 @@ SELECT count(*) AS live FROM {schema}.workers
  WHERE last_seen >= now() - make_interval(secs => %(stale)s)
 
 -- name: metrics_queue_depth
--- Queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; the queue's limits; the masters seen in the last `stale` s that serve it.
+-- Waiting, queued (runnable and scheduled) and leased jobs per declared queue, counted through the partial indexes; the queue's limits; the masters seen in the last `stale` s that serve it; the workflows with a member not finished (the same on every row).
 SELECT k.name AS queue, k.concurrency, k.rate_limit AS rate,
        extract(epoch FROM k.rate_period)::float8 AS rate_period_seconds, k.key_concurrency,
+       (SELECT count(*) FROM {schema}.jobs j
+         WHERE j.status = 'waiting' AND j.queue = k.name) AS waiting,
+       (SELECT count(DISTINCT j.workflow_id) FROM {schema}.jobs j
+         WHERE j.status IN ('waiting', 'queued', 'leased') AND j.workflow_id IS NOT NULL)
+           AS workflows_running,
        (SELECT count(*) FROM {schema}.jobs j
          WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at <= now()) AS queued,
        (SELECT count(*) FROM {schema}.jobs j

@@ -3,7 +3,7 @@
 -- Intervals leave the database as seconds (float8), never as interval values.
 
 -- name: queue_view
--- Declared queues (all, or the one named) with every setting (intervals in seconds) and their queued (runnable), scheduled and leased jobs, counted through the partial indexes; `served_by`: the owners of the masters seen in the last `stale_after` s that serve it.
+-- Declared queues (all, or the one named) with every setting (intervals in seconds) and their queued (runnable), scheduled, leased and waiting jobs, counted through the partial indexes; `served_by`: the owners of the masters seen in the last `stale_after` s that serve it.
 SELECT k.name, k.paused, k.concurrency, k.rate_limit,
        extract(epoch FROM k.rate_period)::float8 AS rate_period,
        extract(epoch FROM k.aging)::float8 AS aging, k.priority_default, k.max_attempts,
@@ -15,6 +15,8 @@ SELECT k.name, k.paused, k.concurrency, k.rate_limit,
          WHERE j.status = 'queued' AND j.queue = k.name AND j.run_at > now()) AS scheduled,
        (SELECT count(*) FROM {schema}.jobs j
          WHERE j.status = 'leased' AND j.queue = k.name) AS leased,
+       (SELECT count(*) FROM {schema}.jobs j
+         WHERE j.status = 'waiting' AND j.queue = k.name) AS waiting,
        ARRAY(SELECT w.owner FROM {schema}.workers w
               WHERE k.name = ANY (w.queues)
                 AND w.last_seen >= now() - make_interval(secs => %(stale_after)s)
@@ -59,12 +61,12 @@ UPDATE {schema}.queues
 RETURNING name
 
 -- name: queue_delete
--- Delete a queue and its finished jobs (with their attempts and effects); with force, its queued and leased jobs too. Refused (nothing deleted) while it holds unfinished jobs without force, while schedules fire into it, or when it is not at the version given (if any).
+-- Delete a queue and its finished jobs (with their attempts and effects); with force, its waiting, queued and leased jobs too. Refused (nothing deleted) while it holds unfinished jobs without force, while schedules fire into it, or when it is not at the version given (if any).
 WITH k AS (
     SELECT name, version FROM {schema}.queues WHERE name = %(name)s FOR UPDATE
 ), b AS (
-    SELECT (SELECT count(*) FROM {schema}.jobs j
-             WHERE j.status = 'queued' AND j.queue = %(name)s) AS queued,
+    SELECT (SELECT count(*) FROM {schema}.jobs j  -- waiting ones are not finished either
+             WHERE j.status IN ('queued', 'waiting') AND j.queue = %(name)s) AS queued,
            (SELECT count(*) FROM {schema}.jobs j
              WHERE j.status = 'leased' AND j.queue = %(name)s) AS leased,
            (SELECT array_agg(s.name ORDER BY s.name) FROM {schema}.schedules s

@@ -27,10 +27,10 @@ $roles$;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC;
 
 -- name: roles_grant_producer
--- The producer adds queued jobs (the SQL functions, or the client's own inserts) and reads jobs, their attempts, their events and queues; it cannot lease, update or delete.
+-- The producer adds queued jobs and workflows (the SQL functions, or the client's own inserts) and reads jobs, their attempts, their events, workflows and queues; it cannot lease, update or delete.
 GRANT USAGE ON SCHEMA {schema} TO {{producer}};
-GRANT SELECT ON {schema}.queues, {schema}.jobs, {schema}.job_attempts, {schema}.job_events
-    TO {{producer}};
+GRANT SELECT ON {schema}.queues, {schema}.jobs, {schema}.job_attempts, {schema}.job_events,
+                {schema}.workflows, {schema}.job_deps TO {{producer}};
 -- The functions run as their owner (SECURITY DEFINER) and need nothing more. The client
 -- inserts jobs without an idempotency key itself (one statement, no function call), so the
 -- producer may insert the columns a new job chooses, and only those: status, attempts,
@@ -47,7 +47,7 @@ DECLARE
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
               WHERE p.pronamespace = {{schema_name}}::regnamespace
-                AND p.proname IN ('enqueue', 'enqueue_many')
+                AND p.proname IN ('enqueue', 'enqueue_many', 'enqueue_workflow')
     LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, {{producer_name}});
     END LOOP;

@@ -6,7 +6,7 @@
 -- "{schema}" is the quoted schema name; parameters are psycopg's %(name)s placeholders.
 
 -- name: stream_queues
--- Per declared queue: paused, concurrency, runnable/scheduled/leased depth and oldest runnable age through the partial indexes on queued and leased rows, failed attempts in the last `fail_window` s through the one on failed attempts; with the read's clock and its finished-jobs mark (now minus `lag` s).
+-- Per declared queue: paused, concurrency, runnable/scheduled/leased/waiting depth and oldest runnable age through the partial indexes on queued, leased and waiting rows, failed attempts in the last `fail_window` s through the one on failed attempts; with the read's clock and its finished-jobs mark (now minus `lag` s).
 WITH queued AS (
     SELECT queue, count(*) FILTER (WHERE run_at <= now()) AS queued,
            count(*) FILTER (WHERE run_at > now()) AS scheduled,
@@ -14,6 +14,8 @@ WITH queued AS (
       FROM {schema}.jobs WHERE status = 'queued' GROUP BY queue
 ), leased AS (
     SELECT queue, count(*) AS leased FROM {schema}.jobs WHERE status = 'leased' GROUP BY queue
+), waiting AS (
+    SELECT queue, count(*) AS waiting FROM {schema}.jobs WHERE status = 'waiting' GROUP BY queue
 ), failures AS (
     SELECT j.queue, count(*) AS n
       FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
@@ -24,13 +26,14 @@ WITH queued AS (
 -- One row with a NULL queue when none is declared, so that the clock is always read.
 SELECT k.name AS queue, k.paused, k.concurrency,
        coalesce(q.queued, 0) AS queued, coalesce(q.scheduled, 0) AS scheduled,
-       coalesce(l.leased, 0) AS leased,
+       coalesce(l.leased, 0) AS leased, coalesce(w.waiting, 0) AS waiting,
        extract(epoch FROM c.now - q.oldest_runnable)::float8 AS oldest_age,
        coalesce(x.n, 0) AS failures, c.now, c.mark
   FROM (SELECT now() AS now, now() - make_interval(secs => %(lag)s) AS mark) c
   LEFT JOIN {schema}.queues k ON true
   LEFT JOIN queued q ON q.queue = k.name
   LEFT JOIN leased l ON l.queue = k.name
+  LEFT JOIN waiting w ON w.queue = k.name
   LEFT JOIN failures x ON x.queue = k.name
  ORDER BY k.name
 

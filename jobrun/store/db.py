@@ -7,7 +7,8 @@ import psycopg.conninfo
 from psycopg.rows import dict_row
 
 from jobrun.redact import redact, redact_text
-from jobrun.errors import Conflict, DatabaseUnavailable, InvalidInput, JobrunError, UnknownQueue
+from jobrun.errors import (Conflict, DatabaseUnavailable, InvalidInput, JobrunError, NotFound,
+                           UnknownQueue)
 
 _CONSTRAINT_MESSAGES = {
     "task_name_valid": "invalid task name",
@@ -27,6 +28,7 @@ _SQLSTATE_ERRORS: dict[str, type[JobrunError]] = {
     "JR002": UnknownQueue,
     "JR003": Conflict,
     "JR004": InvalidInput,
+    "JR005": NotFound,
 }
 
 

@@ -13,7 +13,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from jobrun import __version__, config, foreign, sdnotify
 from jobrun.web import (access, envelope, events, models, routes_jobs, routes_observe, routes_queues,
-                        routes_schedules, routes_workers)
+                        routes_schedules, routes_workers, routes_workflows)
 from jobrun.web.guard import HEALTHZ, Guard, Policy
 from jobrun.web.pool import Database
 from jobrun.web.wakeups import Wakeups
@@ -89,7 +89,7 @@ def create_app(settings: config.Settings, *, token: str | None = None,
         models.exact_bounds(FastAPI.openapi(app)))
     envelope.install(app)
     routers = (routes_jobs.router, routes_observe.router, routes_queues.router,
-               routes_schedules.router, routes_workers.router)
+               routes_schedules.router, routes_workers.router, routes_workflows.router)
     for router in routers:
         app.include_router(router)
     app.state.routes = [route for router in routers for route in router.routes]  # for Allow

@@ -10,7 +10,7 @@ tests/acceptance/test_web_contract.py fuzzes the document against a real server 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat,
                       StrictInt, StrictStr)
@@ -146,12 +146,34 @@ class NewJob(_Strict):
     concurrency_key: Optional[StrictStr] = Field(
         None, description="At most the queue's key_concurrency jobs with this key run at once",
         **CONCURRENCY_KEY_RULE)
+    after: Optional[list[WholeInt]] = Field(
+        None, min_length=1, max_length=MAX_BATCH,
+        **stated(items={"type": "integer", "minimum": 1, "maximum": VERSION_MAX}),
+        description="Ids of jobs it waits for: it is 'waiting' until they all succeeded (not"
+                    " with run_at, delay or concurrency_key; not in a batch)")
+    on_parent_failure: Optional[Literal["cancel", "run"]] = Field(
+        None, description="With after: when a job it waits for ends dead or cancelled, this"
+                          " one is cancelled (default) or runs anyway")
 
     def spec(self) -> JobSpec:
         return JobSpec(task=self.task, payload=self.payload, queue=self.queue,
                        priority=self.priority, run_at=self.run_at, delay=self.delay,
                        max_attempts=self.max_attempts, idempotency_key=self.idempotency_key,
                        concurrency_key=self.concurrency_key)
+
+
+class NewWorkflow(_Strict):
+    workflow: Union[StrictStr, dict[str, Any]] = Field(description='The shape: {"chain": [...]}, {"group": [...]}, '
+                                      '{"chord": [...], "then": ...}, {"graph": {name: step}, '
+                                      '"after": {name: [names]}}, a step {"task", "payload", '
+                                      '"queue", "priority", "max_attempts", '
+                                      '"on_parent_failure", "after"} or a task name '
+                                      '(docs/workflows.md)')
+    queue: StrictStr = Field("default", description="Queue of the steps that name none",
+                             **QUEUE_RULE)
+    idempotency_key: Optional[StrictStr] = Field(
+        None, description="One key for the whole workflow; also the Idempotency-Key header",
+        **IDEMPOTENCY_RULE)
 
 
 class NewJobs(_Strict):

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from jobrun import ops, tracing
+from jobrun import ops, tracing, workflows
 from jobrun.records import AttemptRecord, EventRecord, JobRecord
 from jobrun.web import reads
 from jobrun.web.envelope import ApiError, responses
@@ -98,13 +98,14 @@ TraceParent = Annotated[Optional[str], Header(
 
 @router.post("/jobs", status_code=201, response_model=JobRecord,
              responses={200: {"description": "idempotent replay: the stored job"},
-                        **responses(*WRITE, "conflict")})
+                        **responses(*WRITE, "conflict", "not_found")})
 async def enqueue(request: Request, job: NewJob,
                   idempotency_key: Annotated[Optional[str], Header(
                       alias="Idempotency-Key", **given(IDEMPOTENCY_RULE))] = None,
                   traceparent: TraceParent = None):
     """Enqueue one job. 201 when created; 200 when the idempotency key names a stored job
-    with the same task and payload; 409 when it names one with another."""
+    with the same task and payload; 409 when it names one with another. With `after`, the
+    job waits for those jobs (404 when one does not exist; the key is then its workflow's)."""
     key = job.idempotency_key
     if idempotency_key is not None:
         if key is not None and key != idempotency_key:
@@ -112,6 +113,8 @@ async def enqueue(request: Request, job: NewJob,
                            " idempotency_key disagree", {"idempotency_key": "differs from header"})
         key = idempotency_key
     d = db(request)
+    if job.after is not None or job.on_parent_failure is not None:
+        return job_reply(*await _enqueue_after(d, job, key, traceparent))
     result = await d.run(ops.enqueue(
         d.q, d.limit, job.task, job.payload, queue=job.queue, priority=job.priority,
         run_at=job.run_at, delay=job.delay, max_attempts=job.max_attempts, idempotency_key=key,
@@ -119,11 +122,31 @@ async def enqueue(request: Request, job: NewJob,
     return job_reply(result.job, 201 if result.created else 200, created=result.created)
 
 
+async def _enqueue_after(d: Database, job: NewJob, key: str | None,
+                         traceparent: str | None) -> tuple[JobRecord, int]:
+    if job.after is None:
+        raise ApiError("validation_failed", "on_parent_failure goes with after (the jobs it"
+                       " waits for)", {"on_parent_failure": "without after"})
+    if job.run_at is not None or job.delay is not None or job.concurrency_key is not None:
+        raise ApiError("validation_failed", "after does not go with run_at, delay or"
+                       " concurrency_key", {"after": "with run_at, delay or concurrency_key"})
+    result = await d.run(workflows.enqueue_after(
+        d.q, d.limit, job.task, job.payload, job.after, queue=job.queue, priority=job.priority,
+        max_attempts=job.max_attempts, on_parent_failure=job.on_parent_failure or "cancel",
+        idempotency_key=key, traceparent=tracing.valid_traceparent(traceparent)))
+    return result.job, 201 if result.created else 200
+
+
 @router.post("/jobs/batch", status_code=201, responses={
     200: {"description": "every job was an idempotent replay"}, **responses(*WRITE, "conflict")})
 async def enqueue_batch(request: Request, batch: NewJobs, traceparent: TraceParent = None):
-    """Enqueue up to 1000 jobs in one statement; returns {"jobs": [{"id", "created"}]} in order."""
+    """Enqueue up to 1000 jobs in one statement; returns {"jobs": [{"id", "created"}]} in order.
+    Jobs that wait for others (after) go through POST /jobs or /workflows."""
     d = db(request)
+    for n, j in enumerate(batch.jobs):
+        if j.after is not None or j.on_parent_failure is not None:
+            raise ApiError("validation_failed", f"job {n}: after is not taken in a batch:"
+                           " POST /api/v1/workflows", {"after": "in a batch"})
     made = await d.run(ops.enqueue_many(d.q, d.limit, [j.spec() for j in batch.jobs],
                                         traceparent=tracing.valid_traceparent(traceparent)))
     jobs = [{"id": i, "created": c} for i, c in made]

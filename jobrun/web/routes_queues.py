@@ -89,6 +89,7 @@ class QueueView(BaseModel):
     queued: int = Field(description="Runnable queued jobs")
     scheduled: int = Field(description="Queued jobs with a future run_at")
     leased: int
+    waiting: int = Field(0, description="Jobs waiting for others to finish first (workflows)")
     served_by: list[str] = Field(
         description="Owners of the live masters (seen in the last 30 s) whose -Q names the"
                     " queue; empty: no master serves it, and its jobs wait until one does")

@@ -145,7 +145,7 @@ class StreamSummary:
             enqueued_per_s=self._rate([m.enqueued for m in self.moves], name, span),
             done_per_s=self._rate([m.done for m in self.moves], name, span),
             wait_p50=p50, wait_p95=p95,
-            wait_sample=len(waits), failures=row["failures"])
+            wait_sample=len(waits), failures=row["failures"], waiting=row["waiting"])
 
     @staticmethod
     def _rate(counts: list[dict[str, int]], queue: str, span: float) -> float | None:

@@ -106,6 +106,9 @@ class Metrics:
         self.schedule_lag = Histogram("jobrun_schedule_fire_lag_seconds",
                                       "From a schedule slot to its job's enqueue",
                                       buckets=WAIT_BUCKETS, registry=r)
+        self.workflows_running = Gauge("jobrun_workflows_running",
+                                       "Workflows with a member not finished (cached)",
+                                       registry=r)
         self.build = Gauge("jobrun_build_info", "jobrun build", ["version", "python"], registry=r)
         self.build.labels(__version__, platform.python_version()).set(1)
         from jobrun.worker.otelmetrics import mirror
@@ -123,12 +126,13 @@ class Metrics:
         self.queue_limit.clear()
         self.queue_masters.clear()
         for row in rows:
-            for status in ("queued", "scheduled", "leased"):
-                self.queue_depth.labels(row["queue"], status).set(row[status])
+            for status in ("waiting", "queued", "scheduled", "leased"):
+                self.queue_depth.labels(row["queue"], status).set(row.get(status) or 0)
             self.queue_masters.labels(row["queue"]).set(row["masters"])
             for limit in ("concurrency", "rate", "rate_period_seconds", "key_concurrency"):
                 if row.get(limit) is not None:
                     self.queue_limit.labels(row["queue"], limit).set(row[limit])
+        self.workflows_running.set(rows[0].get("workflows_running") or 0 if rows else 0)
         self.unserved = {row["queue"]: row["queued"] + row["scheduled"] for row in rows
                          if not row["masters"] and row["queued"] + row["scheduled"]}
 

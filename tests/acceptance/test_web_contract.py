@@ -77,6 +77,12 @@ BEYOND_SCHEMA = (
     "the window ends",
     "has no fire time left",
     "the result is not storable",  # a NUL or a lone surrogate in a remote worker's result
+    "on_parent_failure goes with after",
+    "after does not go with run_at",
+    "after is not taken in a batch",
+    "workflow",  # a workflow's shape is recursive and free-form: jobrun/workflows.from_spec
+    "a cycle: ",
+    "unknown step",
 )
 
 

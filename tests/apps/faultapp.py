@@ -94,3 +94,8 @@ def record_thread(job: jobrun.Job):
     record_start(job)
     _work(job)
     return {"pid": os.getpid()}
+@app.task("doomed")
+def doomed(job: jobrun.Job):
+    """A parent that fails for good, so the jobs after it are cancelled (workflows)."""
+    record_start(job)
+    raise jobrun.Permanent("doomed on purpose")

@@ -185,18 +185,20 @@ def test_stats(cli, client):
     client.enqueue("t", 3, delay="1h")
     client.cancel(client.enqueue("t", 4, queue="emails").job.id)
     client.pause_queue("emails")
+    client.enqueue("t", 5, after=[1])  # waits for the first
 
     rows = {r["queue"]: r for r in ok_json(cli("stats", "--json"))}
     assert set(rows) == {"default", "emails"}
     d, e = rows["default"], rows["emails"]
-    assert (d["queued"], d["scheduled"], d["leased"], d["cancelled"], d["paused"]) == (2, 1, 0, 0, False)
+    assert (d["waiting"], d["queued"], d["scheduled"], d["leased"], d["cancelled"], d["paused"]) \
+        == (1, 2, 1, 0, 0, False)
     assert d["oldest_queued_age"] >= 0
     assert (e["queued"], e["cancelled"], e["paused"], e["oldest_queued_age"]) == (0, 1, True, None)
 
     table = ok(cli("stats")).splitlines()
-    assert table[0].split()[:3] == ["queue", "paused", "queued"]
-    assert [line.split()[:4] for line in table if line.split()[:1] == ["default"]] == [
-        ["default", "2", "1", "0"]]
+    assert table[0].split()[:4] == ["queue", "paused", "waiting", "queued"]
+    assert [line.split()[:5] for line in table if line.split()[:1] == ["default"]] == [
+        ["default", "1", "2", "1", "0"]]
 
 
 def test_queue_commands(cli, client, execute):

@@ -80,7 +80,7 @@ def test_one_leads_and_only_its_maintenance_runs_until_it_stops_renewing(
 
     def registry(leader, owner):
         row = {"owner": owner, "host": "h", "pid": 1, "app": "t", "queues": ["default"],
-               "concurrency": 1, "busy": 0, "version": "t", "inflight": [], "tasks": [],
+               "concurrency": 1, "slots": 1, "busy": 0, "version": "t", "inflight": [], "tasks": [],
                "held": "{}"}
         return Registry(pg_dsn, q, row=lambda: dict(row), on_depth=lambda rows: None,
                         interval=0.1, leader=leader)

@@ -1,5 +1,5 @@
 """A producer role with only USAGE on the schema and EXECUTE on the enqueue functions: it can
-enqueue through the SQL API, and can neither write rows directly, nor raise the payload cap,
+enqueue (jobs and workflows) through the SQL API, and can neither write rows directly, nor raise the payload cap,
 nor change the limits. A leased row with no expiry (which no claim writes) is recovered."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def producer(pg_dsn, schema, admin_conn):
     s, r = sql.Identifier(schema), sql.Identifier(role)
     admin_conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(r))
     admin_conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r))
-    admin_conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {}.enqueue, {}.enqueue_many TO {}")
-                       .format(s, s, r))
+    admin_conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {}.enqueue, {}.enqueue_many,"
+                               " {}.enqueue_workflow TO {}").format(s, s, s, r))
     with psycopg.connect(pg_dsn, autocommit=True, row_factory=dict_row) as conn:
         conn.execute(sql.SQL("SET ROLE {}").format(r))
         yield conn
@@ -40,6 +40,13 @@ def test_producer_enqueues_with_execute_only(producer, schema):
     assert row["created"] and row["status"] == "queued"
     rows = producer.execute(_q(schema, "SELECT * FROM {s}.enqueue_many(ARRAY['a', 'b'])")).fetchall()
     assert len(rows) == 2
+    # A workflow, after a stored job: its parent is marked as one under the function's rights.
+    [flow] = producer.execute(_q(schema, "SELECT * FROM {s}.enqueue_workflow(ARRAY['c', 'd'],"
+                                         " edge_dependents => ARRAY[2, 2],"
+                                         " parent_items => ARRAY[1, NULL],"
+                                         " parent_jobs => ARRAY[NULL, %s::bigint])"),
+                              [row["id"]]).fetchall()
+    assert flow["created"] and len(flow["ids"]) == 2
 
 
 @pytest.mark.parametrize("statement", [

@@ -93,7 +93,7 @@ def test_the_registry_row_carries_the_database_health(pg_dsn, schema):
     connector = Connector(pg_dsn)
     connector.failed(psycopg.OperationalError("connection to postgresql://u:Pw7x@h/d refused"))
     row = {"owner": "h:1:seam", "host": "h", "pid": 1, "app": None, "queues": ["default"],
-           "concurrency": 1, "busy": 0, "version": "test", "inflight": [], "tasks": [],
+           "concurrency": 1, "slots": 1, "busy": 0, "version": "test", "inflight": [], "tasks": [],
            "held": "{}"}
 
     def stored() -> dict | None:

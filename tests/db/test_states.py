@@ -68,7 +68,7 @@ def test_the_status_domain_holds_exactly_the_statuses(admin_conn, schema):
     definition = domain_check(admin_conn, schema, "job_status")
     assert difference(quoted_values(definition), states.STATUSES) is None, definition
     # The comparison notices a value too few or too many.
-    assert difference(quoted_values(definition), states.STATUSES + ("waiting",))
+    assert difference(quoted_values(definition), states.STATUSES + ("paused",))
     assert difference(quoted_values(definition), states.STATUSES[1:])
 
 
@@ -90,7 +90,7 @@ def test_the_status_domain_refuses_what_the_module_does_not_name(admin_conn, sch
     for status in states.STATUSES:
         admin_conn.execute(sql.SQL("SELECT %s::text::{}").format(domain), [status])
     with pytest.raises(psycopg.errors.CheckViolation):
-        admin_conn.execute(sql.SQL("SELECT 'waiting'::text::{}").format(domain))
+        admin_conn.execute(sql.SQL("SELECT 'paused'::text::{}").format(domain))
 
 
 def test_the_moves_are_a_closed_graph_and_only_finished_jobs_are_terminal():

@@ -57,6 +57,28 @@ def enqueue(client, faults: Faults, n: int, *, sleep: float = 0.3, transactional
     return ids
 
 
+def enqueue_workflows(client, faults: Faults, n: int, *, sleep: float = 0.3,
+                      doomed: float = 0.2) -> list[int]:
+    """``n`` workflows, each a chord of 2 to 4 ``record`` parents (one of them ``doomed``, with
+    probability ``doomed``) and an ``effect`` callback, or a chain of 2 to 4 ``record`` steps
+    ending in an ``effect``; their jobs' ids go to ``faults.enqueued``."""
+    from jobrun import workflows as wf
+
+    ids: list[int] = []
+    for _ in range(n):
+        def step(task="record"):
+            return wf.Step(task, {"sleep": round(faults.uniform(0, sleep), 3)},
+                           max_attempts=faults.pick((3, 10, 10)))
+        members = [step() for _ in range(int(faults.uniform(2, 5)))]
+        if faults.chance(doomed):
+            members[0] = wf.Step("doomed")
+        shape = (wf.chord(wf.group(*members), step("effect")) if faults.chance(0.5)
+                 else wf.chain(*members, step("effect")))
+        ids.extend(client.enqueue_workflow(shape).job_ids)
+    faults.enqueued.extend(ids)
+    return ids
+
+
 def finished(conn, schema: str) -> int:
     query = sql.SQL("SELECT count(*) FROM {} WHERE status IN ('succeeded', 'dead', 'cancelled')")
     return conn.execute(query.format(sql.Identifier(schema, "jobs"))).fetchone()[0]

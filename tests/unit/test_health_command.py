@@ -89,3 +89,16 @@ def test_health_names_the_queues_no_live_master_serves():
     assert unserved_line({"unserved_queues": {}}) is None and unserved_line({}) is None
     code, out, _ = run_health(DbHealth(), ready=True, metrics=metrics)
     assert code == 0 and "no live master serves: emails (3 queued)" in out
+
+
+def test_the_depth_counts_waiting_jobs_and_running_workflows():
+    """The depth statement's waiting count and running workflows become gauges (Metrics.set_depth)."""
+    metrics = Metrics()
+    row = {"concurrency": None, "rate": None, "rate_period_seconds": None, "key_concurrency": 1,
+           "leased": 0, "queued": 1, "scheduled": 0, "masters": 1}
+    metrics.set_depth([{**row, "queue": "default", "waiting": 4, "workflows_running": 2}])
+    text = metrics.render().decode()
+    assert 'jobrun_queue_depth{queue="default",status="waiting"} 4.0' in text
+    assert "jobrun_workflows_running 2.0" in text
+    metrics.set_depth([])
+    assert "jobrun_workflows_running 0.0" in metrics.render().decode()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi.routing import APIRoute
 
 from jobrun import config
-from jobrun.web import routes_jobs, routes_observe, routes_queues, routes_schedules, routes_workers
+from jobrun.web import (routes_jobs, routes_observe, routes_queues, routes_schedules,
+                        routes_workers, routes_workflows)
 from jobrun.web.app import create_app
 from jobrun.web.envelope import CODES, field_of
 
@@ -18,7 +19,7 @@ def test_every_route_is_described_with_the_envelope():
     app = _app()
     doc = app.openapi()
     routes = [r for router in (routes_jobs.router, routes_observe.router, routes_queues.router,
-                               routes_schedules.router, routes_workers.router)
+               routes_schedules.router, routes_workers.router, routes_workflows.router)
               for r in router.routes if isinstance(r, APIRoute)]
     assert len(routes) >= 16 and all(r.path.startswith("/api/v1/") for r in routes)
     assert len(doc["paths"]) == len({r.path_format for r in routes})

@@ -1,7 +1,8 @@
 // The console shell: hash router, token prompt, live events, keyboard.
 //
 // URLs: #/ overview · #/jobs?status=dead&queue=emails&task=&schedule=&q=&cursor= · #/jobs/123
-// · #/attempts?outcome=failed&task=&queue=&cursor= · #/submit · #/queues · #/queues/emails · #/schedules · #/schedules/nightly · #/workers · #/tasks.
+// · #/attempts?outcome=failed&task=&queue=&cursor= · #/submit · #/queues · #/queues/emails · #/schedules · #/schedules/nightly · #/workers · #/tasks
+// · #/workflows/7 (a workflow's graph; reached from its jobs).
 // A page module exports render(ctx) and may return { live(frame), dispose() }.
 
 import { setToken, subscribe, token } from "./api.js";
@@ -18,6 +19,7 @@ const PAGES = {
   schedules: () => import("./pages/schedules.js"),
   workers: () => import("./pages/workers.js"),
   tasks: () => import("./pages/tasks.js"),
+  workflows: () => import("./pages/workflow.js"),
 };
 const GO_KEYS = { o: "#/", j: "#/jobs", a: "#/attempts", n: "#/submit", q: "#/queues", s: "#/schedules", w: "#/workers", t: "#/tasks" };
 

@@ -49,12 +49,12 @@ export async function render({ root, route }) {
 
   function draw() {
     const j = job;
-    const canCancel = j.status === "queued" || j.status === "leased";
+    const canCancel = j.status === "waiting" || j.status === "queued" || j.status === "leased";
     const canRetry = j.status === "dead" || j.status === "cancelled";
     const attempts = j.history;
     replace(body,
       h("div", { class: "actions" },
-        h("button", { id: "cancel", class: "danger", disabled: !canCancel || j.cancel_requested, onclick: () => act("cancel"), title: canCancel ? "Cancel this job (a running one stops at its next heartbeat)" : "Only queued or leased jobs can be cancelled" }, j.cancel_requested ? "Cancel requested" : "Cancel"),
+        h("button", { id: "cancel", class: "danger", disabled: !canCancel || j.cancel_requested, onclick: () => act("cancel"), title: canCancel ? "Cancel this job (a running one stops at its next heartbeat)" : "Only waiting, queued or leased jobs can be cancelled" }, j.cancel_requested ? "Cancel requested" : "Cancel"),
         h("button", { id: "retry", class: "primary", disabled: !canRetry, onclick: () => act("retry"), title: canRetry ? "Queue it again now, attempts reset" : "Only dead or cancelled jobs can be retried" }, "Retry")),
       h("div", { class: "cols" },
         h("div", {},
@@ -73,14 +73,17 @@ export async function render({ root, route }) {
             j.lease_owner ? [h("dt", {}, "leased by"), h("dd", { class: "mono" }, j.lease_owner)] : null,
             j.idempotency_key ? [h("dt", {}, "idempotency key"), h("dd", { class: "mono" }, j.idempotency_key)] : null,
             j.schedule ? [h("dt", {}, "schedule"), h("dd", {}, h("a", { href: `#/schedules/${encodeURIComponent(j.schedule)}` }, j.schedule))] : null,
-            j.traceparent ? [h("dt", {}, "traceparent"), h("dd", { class: "mono" }, j.traceparent)] : null)),
-        h("div", {}, h("h2", {}, "Payload"), json(j.payload))),
+            j.traceparent ? [h("dt", {}, "traceparent"), h("dd", { class: "mono" }, j.traceparent)] : null,
+            j.workflow_id ? [h("dt", {}, "workflow"), h("dd", {}, h("a", { id: "job-workflow", href: `#/workflows/${j.workflow_id}` }, `#${j.workflow_id}`), j.waiting_on ? ` · waits for ${j.waiting_on} more` : "")] : null,
+            j.cancel_reason ? [h("dt", {}, "cancelled because"), h("dd", {}, j.cancel_reason)] : null)),
+        h("div", {}, h("h2", {}, "Payload"), json(j.payload),
+          j.parents ? [h("h2", {}, "Parents' results"), json(j.parents)] : null)),
       h("h2", {}, `Timeline (${j.events.length})`),
       j.eventsError ? failure(j.eventsError, "Could not read the timeline")
         : j.events.length ? h("ol", { id: "timeline", class: "timeline" }, j.events.map(step))
         : h("p", { class: "state empty", id: "timeline-empty" }, "No transitions recorded (jobrun events mode)."),
       h("h2", {}, `Attempts (${attempts.length})`),
-      attempts.length ? attempts.map(attempt) : h("p", { class: "state empty" }, j.status === "queued" ? "Not run yet: it waits for a master serving its queue." : "No finished attempt."));
+      attempts.length ? attempts.map(attempt) : h("p", { class: "state empty" }, j.status === "queued" ? "Not run yet: it waits for a master serving its queue." : j.status === "waiting" ? "Not run yet: it waits for the jobs it runs after." : "No finished attempt."));
   }
 
   async function refresh() {
@@ -130,6 +133,7 @@ function step(e) {
     reaped: `lease expired${on}: requeued${later}`,
     given_back: `given back unstarted${on}`,
     requeued: `put back in its queue${by}`,
+    ready: "its parents settled: queued to run",
     lease_lost: `lease lost${on}${d.reason ? `: ${d.reason}` : ""}`,
   }[e.event] || e.event;
   return h("li", { dataset: { event: e.event, seq: e.seq } },

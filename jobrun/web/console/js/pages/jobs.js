@@ -5,7 +5,7 @@
 import { get, query, rows } from "../api.js";
 import { empty, failure, h, loading, replace, status, table, when } from "../ui.js";
 
-const STATUSES = ["", "queued", "leased", "succeeded", "dead", "cancelled"];
+const STATUSES = ["", "waiting", "queued", "leased", "succeeded", "dead", "cancelled"];
 const FILTERS = ["status", "queue", "task", "schedule", "q"];
 
 export async function render({ root, route }) {

@@ -84,6 +84,7 @@ export async function render({ root, route, frame }) {
           h("dl", { class: "kv" },
             h("dt", {}, "queued"), h("dd", {}, num(s.queued)),
             h("dt", {}, "scheduled"), h("dd", {}, num(s.scheduled)),
+            h("dt", {}, "waiting"), h("dd", {}, num(s.waiting ?? 0), " for the jobs they run after"),
             h("dt", {}, "leased"), h("dd", {}, num(s.leased)),
             h("dt", {}, "enqueued"), h("dd", { id: "queue-in" }, rate(s.enqueued_per_s)),
             h("dt", {}, "done"), h("dd", { id: "queue-done" }, rate(s.done_per_s)),
