@@ -20,6 +20,7 @@ from jobrun.states import OUTCOMES, STATUSES
 from jobrun.worker.claimer import plain_claim_params
 from jobrun.worker.reaper import Reaper
 from tests.db.test_producer_rows import producer, producer_dsn  # noqa: F401 (fixtures)
+from jobrun.testing import wait_for
 from tests.dbview import lease
 from tests.invariants import event_violations
 from tests.profiles import examples
@@ -165,6 +166,36 @@ def test_a_lost_lease_is_noted_by_the_master_that_lost_it(client, conn, db, sche
     lost = client.events(job.id)[-1]
     assert (lost.event, lost.status, lost.owner) == ("lease_lost", "leased", "other")
     assert lost.detail == {"reason": "outcome refused"}
+
+
+def test_a_note_racing_the_new_holders_completion_follows_it(client, conn, db, schema, pg_dsn):
+    """The note of a refused outcome and the completion of the job's new holder, at once: the
+    note waits for that transition and records the status it left, after it (read first, its
+    stale 'leased' came after 'succeeded' in the log: a failover test under load found it)."""
+    import threading
+
+    job = client.enqueue("t").job
+    [first] = lease(conn, schema, 1, OWNER)
+    conn.execute(f'UPDATE "{schema}".jobs SET status = \'queued\', lease_owner = NULL'
+                 " WHERE id = %s", (job.id,))  # (as the reaper would, after its holder froze)
+    [second] = lease(conn, schema, 1, "m2")
+    with psycopg.connect(pg_dsn, row_factory=dict_row) as tx:  # the new holder, not committed
+        finish(tx, schema, [second], "succeeded", "succeeded", owner="m2")
+        noted = threading.Thread(target=lambda: psycopg.connect(pg_dsn, autocommit=True).execute(
+            for_schema(schema).note_lease_lost, {"ids": [job.id], "tokens": [first["lease_token"]],
+                                                 "owner": OWNER, "reason": "outcome refused"}))
+        noted.start()
+        wait_for(lambda: not noted.is_alive() or conn.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE '%%note_lease_lost%%'").fetchone()["n"], timeout=10,
+            message="the note to finish or to wait on the job's row")
+        assert noted.is_alive(), "the note did not wait for the transition in flight"
+        tx.commit()
+    noted.join(10)
+    story = client.events(job.id)
+    assert [(e.event, e.status) for e in story[-2:]] == [("succeeded", "succeeded"),
+                                                          ("lease_lost", "succeeded")]
+    assert event_violations(db.conn, schema) == []
 
 
 @pytest.mark.parametrize("change", ["cancel", "complete", "enqueue"])

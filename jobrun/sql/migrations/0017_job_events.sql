@@ -170,13 +170,20 @@ BEGIN
     IF {schema}.job_events_level() < 2 THEN
         RETURN 0;
     END IF;
+    -- The rows are locked (shared) before their status is read: a transition of the job
+    -- committing meanwhile (the new holder's completion) is waited for and read, so the note
+    -- follows it in the log with the status it left, never before it with a stale one.
+    WITH j AS (
+        SELECT j.id, j.status, j.attempts FROM {schema}.jobs j
+         WHERE j.id = ANY (ids) ORDER BY j.id FOR SHARE
+    )
     INSERT INTO {schema}.job_events (job_id, kind, status, attempt, lease_token, owner, actor,
                                      detail)
     SELECT j.id, 'lease_lost', j.status, j.attempts, u.token, note_lease_lost.owner,
            coalesce(nullif(current_setting('jobrun.actor', true), ''), session_user::text),
            jsonb_build_object('reason', left(note_lease_lost.reason, 200))
       FROM unnest(ids, tokens) AS u(id, token)
-      JOIN {schema}.jobs j ON j.id = u.id;
+      JOIN j ON j.id = u.id;
     GET DIAGNOSTICS written = ROW_COUNT;
     RETURN written;
 END
