@@ -10,7 +10,13 @@ It registers twice ``slots`` credits: it holds up to that many leases, the runni
 as many waiting, so that the next claim goes out while the outcomes of the last batch are
 being reported instead of after (a claim and a report each cost a round trip; in series they
 halved what a worker drains). It claims once at least half its slots' worth of credits is
-free, not for every slot freed.
+free, not for every slot freed. A report asks (``claim``) for the credits it frees, so that a
+busy worker's next jobs come back with the answer to its last outcomes: one round trip per
+batch, not a report and a claim each (the claim loop's long poll is then for a worker that
+found the queues empty). ``asking`` counts the credits of the claims in flight, so the two
+never ask for more than the credits between them. An outcome waits up to LINGER for those of
+the jobs still running, so that one report carries them all: a batch of short jobs otherwise
+settles into two halves of the credits, and each statement's cost is mostly per call.
 
 The leases it holds are the truth it works from (``held``: job id -> token): a job enters at
 its claim and leaves when the server accepted its outcome, or when the server said the lease
@@ -51,6 +57,7 @@ from jobrun.remote.http import ApiError, Channel, Unreachable
 log = logging.getLogger("jobrun.remote")
 CLAIM_WAIT = 5.0      # seconds a claim waits on the server for a job (and a stop, at most)
 BATCH = 200           # outcomes per report at most
+LINGER = 0.005        # seconds an outcome may wait for those of the jobs still running
 MAX_LOG = 60 * 1024   # characters of an attempt's log sent
 PAUSE_MAX = 5.0       # longest pause between tries while the server is unreachable
 _ATTEMPT_LOG: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
@@ -98,8 +105,10 @@ class RemoteWorker:
         self.worker_id = ""
         self.ttl = 30.0
         self.held: dict[int, int] = {}             # job id -> lease token
+        self.asking = 0                             # credits asked for by claims in flight
         self.running: dict[int, asyncio.Task] = {}  # job id -> the task running it
         self.outbox: list[dict[str, Any]] = []      # outcomes not yet accepted
+        self._outbox_since = 0.0                    # when the outbox last became non-empty
         self.stopping = False
         self.done = 0  # outcomes accepted (read by tests and the final log line)
         self._changed: asyncio.Event | None = None
@@ -172,19 +181,24 @@ class RemoteWorker:
               queues=",".join(self.queues), slots=self.o.slots)
 
     async def _pause(self, failures: int) -> None:
+        await self._pause_for(min(PAUSE_MAX, 0.2 * 2 ** failures))
+
+    async def _pause_for(self, seconds: float) -> None:
+        """Until something changed (``_changed``) or ``seconds`` passed."""
         try:
-            await asyncio.wait_for(self._changed.wait(), min(PAUSE_MAX, 0.2 * 2 ** failures))
+            await asyncio.wait_for(self._changed.wait(), seconds)
         except TimeoutError:
             pass
 
     async def _claim_loop(self) -> None:
         failures = 0
         while not self.stopping:
-            free = self.credits - len(self.held)
+            free = self.credits - len(self.held) - self.asking
             if free < max(1, self.o.slots // 2):
                 self._changed.clear()
                 await self._changed.wait()
                 continue
+            self.asking += free
             try:
                 reply = await self._call(self.claims, "POST", f"/workers/{self.worker_id}/claim",
                                          {"max": free, "wait": CLAIM_WAIT})
@@ -208,13 +222,19 @@ class RemoteWorker:
                     raise JobrunError(f"{self.o.url} refused a claim: {exc.status} {exc.code}:"
                                       f" {exc.message}") from None
                 continue
-            for frame in reply["jobs"]:
-                self.held[frame["id"]] = frame["token"]
-                if self.stopping:  # claimed as the stop came: straight back to the queue
-                    self._finish(frame, {"outcome": "released"})
-                else:
-                    task = asyncio.create_task(self._run_job(frame))
-                    self.running[frame["id"]] = task
+            finally:
+                self.asking -= free
+            self._take(reply["jobs"])
+
+    def _take(self, frames: list[dict[str, Any]]) -> None:
+        """Start the jobs a claim returned (a claim's, or a report's ``claim``)."""
+        for frame in frames:
+            self.held[frame["id"]] = frame["token"]
+            if self.stopping:  # claimed as the stop came: straight back to the queue
+                self._finish(frame, {"outcome": "released"})
+            else:
+                task = asyncio.create_task(self._run_job(frame))
+                self.running[frame["id"]] = task
 
     async def _run_job(self, frame: dict[str, Any]) -> None:
         job = Job(id=frame["id"], task=frame["task"], queue=frame["queue"],
@@ -284,6 +304,8 @@ class RemoteWorker:
     def _finish(self, frame: dict[str, Any], outcome: dict[str, Any]) -> None:
         if self.held.get(frame["id"]) != frame["token"]:
             return  # the lease was lost meanwhile: the outcome is not ours to report
+        if not self.outbox:
+            self._outbox_since = time.monotonic()
         self.outbox.append({"id": frame["id"], "token": frame["token"], **outcome})
         self._changed.set()
 
@@ -296,13 +318,29 @@ class RemoteWorker:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
+            linger = self._outbox_since + LINGER - time.monotonic()
+            if self.running and linger > 0 and len(self.outbox) < BATCH and not self.stopping:
+                self._changed.clear()  # a job's end sets it: look again
+                await self._pause_for(linger)
+                continue
             batch = self._batch()
+            # The credits this report frees, asked for in the same call (none while stopping).
+            want = 0 if self.stopping else max(
+                0, self.credits - (len(self.held) - len(batch)) - self.asking)
+            body: dict[str, Any] = {"outcomes": batch}
+            if want:
+                body["claim"] = want
+            self.asking += want
             try:
-                await self._call(self.reports, "POST", f"/workers/{self.worker_id}/outcomes",
-                                 {"outcomes": batch})
+                reply = await self._call(self.reports, "POST",
+                                         f"/workers/{self.worker_id}/outcomes", body)
                 failures = 0
                 self._settled(batch)
                 self.done += len(batch)
+                if want:
+                    self.asking -= want
+                    want = 0
+                    self._take(reply.get("jobs") or [])
             except Unreachable as exc:
                 failures += 1  # kept: the leases are renewed meanwhile; sent again
                 event(log, logging.WARNING, "remote.unreachable", error=str(exc), retry=failures)
@@ -325,6 +363,8 @@ class RemoteWorker:
                     event(log, logging.ERROR, "remote.report_refused", job=batch[0]["id"],
                           error=exc.message)
                     self._settled(batch)
+            finally:
+                self.asking -= want
 
     def _batch(self) -> list[dict[str, Any]]:
         if self._singly:
