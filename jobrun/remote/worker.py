@@ -14,9 +14,14 @@ free, not for every slot freed. A report asks (``claim``) for the credits it fre
 busy worker's next jobs come back with the answer to its last outcomes: one round trip per
 batch, not a report and a claim each (the claim loop's long poll is then for a worker that
 found the queues empty). ``asking`` counts the credits of the claims in flight, so the two
-never ask for more than the credits between them. An outcome waits up to LINGER for those of
-the jobs still running, so that one report carries them all: a batch of short jobs otherwise
-settles into two halves of the credits, and each statement's cost is mostly per call.
+never ask for more than the credits between them.
+
+Two reports may be in flight (REPORTERS), each with outcomes the other does not carry
+(``sending``): while one batch's round trip is under way the other half of the credits runs
+and is reported, so the server's time and the worker's overlap instead of taking turns (one
+report at a time held a 64-credit worker to one batch per round trip). An outcome waits up to
+LINGER for those of the jobs still running unless half the credits' worth is ready: a report
+of one outcome costs the server nearly what one of thirty-two does.
 
 The leases it holds are the truth it works from (``held``: job id -> token): a job enters at
 its claim and leaves when the server accepted its outcome, or when the server said the lease
@@ -58,6 +63,7 @@ log = logging.getLogger("jobrun.remote")
 CLAIM_WAIT = 5.0      # seconds a claim waits on the server for a job (and a stop, at most)
 BATCH = 200           # outcomes per report at most
 LINGER = 0.005        # seconds an outcome may wait for those of the jobs still running
+REPORTERS = 2         # reports in flight at once, each on its own connection
 MAX_LOG = 60 * 1024   # characters of an attempt's log sent
 PAUSE_MAX = 5.0       # longest pause between tries while the server is unreachable
 _ATTEMPT_LOG: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
@@ -101,14 +107,15 @@ class RemoteWorker:
         timeout = CLAIM_WAIT + 30.0
         self.claims = Channel(options.url, options.token, timeout)
         self.renewals = Channel(options.url, options.token, timeout)
-        self.reports = Channel(options.url, options.token, timeout)
+        self.reports = [Channel(options.url, options.token, timeout) for _ in range(REPORTERS)]
         self.worker_id = ""
         self.ttl = 30.0
         self.held: dict[int, int] = {}             # job id -> lease token
         self.asking = 0                             # credits asked for by claims in flight
         self.running: dict[int, asyncio.Task] = {}  # job id -> the task running it
         self.outbox: list[dict[str, Any]] = []      # outcomes not yet accepted
-        self._outbox_since = 0.0                    # when the outbox last became non-empty
+        self.sending: set[int] = set()              # job ids of the outcomes in flight
+        self._outbox_since = 0.0                    # when an outcome last became ready to send
         self.stopping = False
         self.done = 0  # outcomes accepted (read by tests and the final log line)
         self._changed: asyncio.Event | None = None
@@ -137,17 +144,19 @@ class RemoteWorker:
         try:
             await self._register()
             renewer = asyncio.create_task(self._renew_loop(), name="jobrun-remote-renew")
-            reporter = asyncio.create_task(self._report_loop(), name="jobrun-remote-report")
+            reporters = [asyncio.create_task(self._report_loop(channel),
+                                             name=f"jobrun-remote-report-{i}")
+                         for i, channel in enumerate(self.reports)]
             await self._claim_loop()
             await self._drain()
-            reporter.cancel()
-            renewer.cancel()
-            await asyncio.gather(reporter, renewer, return_exceptions=True)
+            for task in (*reporters, renewer):
+                task.cancel()
+            await asyncio.gather(*reporters, renewer, return_exceptions=True)
             await self._say_goodbye()
         finally:
             logging.getLogger().removeHandler(capture)
             self._pool.shutdown(wait=False, cancel_futures=True)
-            for ch in (self.claims, self.renewals, self.reports):
+            for ch in (self.claims, self.renewals, *self.reports):
                 ch.close()
         event(log, logging.INFO, "remote.stopped", worker=self.worker_id, done=self.done)
 
@@ -304,36 +313,44 @@ class RemoteWorker:
     def _finish(self, frame: dict[str, Any], outcome: dict[str, Any]) -> None:
         if self.held.get(frame["id"]) != frame["token"]:
             return  # the lease was lost meanwhile: the outcome is not ours to report
-        if not self.outbox:
+        if len(self.outbox) == len(self.sending):  # the first one not on its way
             self._outbox_since = time.monotonic()
         self.outbox.append({"id": frame["id"], "token": frame["token"], **outcome})
         self._changed.set()
 
     # --- reports and renewals ---------------------------------------------------------------
 
-    async def _report_loop(self) -> None:
+    async def _report_loop(self, channel: Channel) -> None:
         failures = 0
         while True:
-            if not self.outbox:
+            ready = len(self.outbox) - len(self.sending)
+            if not ready:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
             linger = self._outbox_since + LINGER - time.monotonic()
-            if self.running and linger > 0 and len(self.outbox) < BATCH and not self.stopping:
+            if self.running and linger > 0 and ready < self.o.slots and not self.stopping:
                 self._changed.clear()  # a job's end sets it: look again
                 await self._pause_for(linger)
                 continue
             batch = self._batch()
-            # The credits this report frees, asked for in the same call (none while stopping).
-            want = 0 if self.stopping else max(
-                0, self.credits - (len(self.held) - len(batch)) - self.asking)
+            ids = {o["id"] for o in batch}
+            # The credits this report frees, asked for in the same call (none while stopping);
+            # those of the reports in flight are theirs to ask for.
+            want = 0 if self.stopping else max(0, self.credits - self.asking - (
+                len(self.held) - len(self.sending) - len(batch)))
             body: dict[str, Any] = {"outcomes": batch}
             if want:
                 body["claim"] = want
             self.asking += want
+            self.sending |= ids
+            self._outbox_since = time.monotonic()  # for what is left
             try:
-                reply = await self._call(self.reports, "POST",
-                                         f"/workers/{self.worker_id}/outcomes", body)
+                try:
+                    reply = await self._call(channel, "POST",
+                                             f"/workers/{self.worker_id}/outcomes", body)
+                finally:
+                    self.sending -= ids
                 failures = 0
                 self._settled(batch)
                 self.done += len(batch)
@@ -367,11 +384,13 @@ class RemoteWorker:
                 self.asking -= want
 
     def _batch(self) -> list[dict[str, Any]]:
+        """The next outcomes to send: not in flight, bounded in count and size."""
+        waiting = [o for o in self.outbox if o["id"] not in self.sending]
         if self._singly:
             self._singly -= 1
-            return self.outbox[:1]
+            return waiting[:1]
         batch, size = [], 0
-        for item in self.outbox[:BATCH]:
+        for item in waiting[:BATCH]:
             weight = 128 + len(str(item.get("result", ""))) + sum(  # about its JSON's size
                 len(item.get(k) or "") for k in ("error", "traceback", "log"))
             if batch and size + weight > self.max_body // 2:
@@ -424,7 +443,7 @@ class RemoteWorker:
         if self.running:
             await asyncio.wait(list(self.running.values()), timeout=1.0)
         deadline = time.monotonic() + max(5.0, self.ttl / 2)
-        while self.outbox and time.monotonic() < deadline:  # the reporter sends them
+        while self.outbox and time.monotonic() < deadline:  # the reporters send them
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())

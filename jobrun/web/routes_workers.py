@@ -27,7 +27,8 @@ A report may carry ``claim`` (the credits it frees, at most): once its outcomes 
 up to that many jobs are claimed (no wait) and returned with the answer. A busy worker then
 spends one round trip, one request and one pair of statements per batch instead of two
 (measured: benchmarks/remote_drain.py; what a claim and a report each cost in series is what
-kept a remote worker at a third of a master's drain rate). A refused report claims nothing.
+kept a remote worker at a third of a master's drain rate), and one transaction: the outcomes
+and the claim commit together. A refused report claims nothing.
 
 A worker token (jobrun.web.workertokens) may register only for queues in its scope and act
 only on workers whose queues are; the admin token may do anything.
@@ -328,21 +329,24 @@ async def outcomes(request: Request, worker: WorkerId, body: Outcomes):
         async with database.pool.connection() as conn:
             capped = [o for o in items
                       if o.max_attempts is not None and o.outcome in ("failed", "retry", "timeout")]
-            async with conn.transaction() if capped else _nothing():
-                if capped:  # rare: a task whose limit is below its jobs' (one transaction)
+            # One transaction for the caps (rare: a task whose limit is below its jobs') or
+            # the claim (one commit, one WAL flush, for the outcomes and the next jobs).
+            together = bool(capped or body.claim)
+            jobs = []
+            async with conn.transaction() if together else _nothing():
+                if capped:
                     await conn.execute(database.q.cap_max_attempts, {
                         "ids": [o.id for o in capped], "tokens": [o.token for o in capped],
                         "limits": [o.max_attempts for o in capped], "owner": worker})
                 cur = await conn.execute(database.q.remote_finish, params)
                 rows = await cur.fetchall()
                 stale = [r["job_id"] for r in rows if not r["accepted"]]
-                if stale and capped:
+                if stale and together:
                     raise psycopg.Rollback()  # the caps too: the call changes nothing
-            jobs = []
-            if body.claim and not stale:  # after the outcomes' commit: a claim of its own
-                params = _claim_params(request, row, worker, body.claim)
-                jobs = [_job(r) for r in await _claim_rows(request, conn, row, params)
-                        if r["id"] is not None]
+                if body.claim and not stale:
+                    params = _claim_params(request, row, worker, body.claim)
+                    jobs = [_job(r) for r in await _claim_rows(request, conn, row, params)
+                            if r["id"] is not None]
     except psycopg.Error as exc:
         raise store_db.translate(exc, database.client.dsn, database.q.schema) from None
     if stale:
