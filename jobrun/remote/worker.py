@@ -123,6 +123,8 @@ class RemoteWorker:
         self.credits = 2 * options.slots  # running plus as many waiting (see the docstring)
         self._slots: asyncio.Semaphore | None = None
         self._singly = 0  # reports to send one outcome at a time (after a refused batch)
+        self._halt: asyncio.Event | None = None  # set at the stop: ends a pause between tries
+        self.failed = False  # a side task (a reporter, the renewer) died: exit 1
 
     # --- signals: record only ---------------------------------------------------------------
 
@@ -130,11 +132,14 @@ class RemoteWorker:
         self.stopping = True
         if self._changed is not None:
             self._changed.set()
+        if self._halt is not None:
+            self._halt.set()
 
     # --- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
         self._changed = asyncio.Event()
+        self._halt = asyncio.Event()
         self._slots = asyncio.Semaphore(self.o.slots)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -147,6 +152,8 @@ class RemoteWorker:
             reporters = [asyncio.create_task(self._report_loop(channel),
                                              name=f"jobrun-remote-report-{i}")
                          for i, channel in enumerate(self.reports)]
+            for task in (*reporters, renewer):
+                task.add_done_callback(self._died)
             await self._claim_loop()
             await self._drain()
             for task in (*reporters, renewer):
@@ -159,6 +166,19 @@ class RemoteWorker:
             for ch in (self.claims, self.renewals, *self.reports):
                 ch.close()
         event(log, logging.INFO, "remote.stopped", worker=self.worker_id, done=self.done)
+        if self.failed:
+            raise SystemExit(1)
+
+    def _died(self, task: asyncio.Task) -> None:
+        """A reporter or the renewer ended by an error: stop (exit 1) rather than hold leases
+        that no one reports or renews; the reaper requeues what is left."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        event(log, logging.ERROR, "remote.task_failed", task=task.get_name(),
+              error=f"{type(exc).__name__}: {exc}")
+        self.failed = True
+        self.handle_term()
 
     async def _call(self, channel: Channel, method: str, path: str, body: Any = None) -> Any:
         return await asyncio.to_thread(channel.call, method, path, body)
@@ -190,14 +210,13 @@ class RemoteWorker:
               queues=",".join(self.queues), slots=self.o.slots)
 
     async def _pause(self, failures: int) -> None:
-        await self._pause_for(min(PAUSE_MAX, 0.2 * 2 ** failures))
+        """The backoff between tries after ``failures`` failures in a row: only a stop ends it
+        early (a job's end must not: a server that is down would be asked as fast as jobs end)."""
+        await _until(self._halt, min(PAUSE_MAX, 0.2 * 2 ** min(failures, 8)))
 
     async def _pause_for(self, seconds: float) -> None:
         """Until something changed (``_changed``) or ``seconds`` passed."""
-        try:
-            await asyncio.wait_for(self._changed.wait(), seconds)
-        except TimeoutError:
-            pass
+        await _until(self._changed, seconds)
 
     async def _claim_loop(self) -> None:
         failures = 0
@@ -323,7 +342,7 @@ class RemoteWorker:
     async def _report_loop(self, channel: Channel) -> None:
         failures = 0
         while True:
-            ready = len(self.outbox) - len(self.sending)
+            ready = sum(1 for o in self.outbox if o["id"] not in self.sending)
             if not ready:
                 self._changed.clear()
                 await self._changed.wait()
@@ -455,6 +474,13 @@ class RemoteWorker:
             await self._call(self.claims, "DELETE", f"/workers/{self.worker_id}")
         except (Unreachable, ApiError):
             pass
+
+
+async def _until(flag: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(flag.wait(), seconds)
+    except TimeoutError:
+        pass
 
 
 def _failure(exc: BaseException, task: TaskDef, job: Job,
