@@ -170,6 +170,8 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], digits: i
 class MasterProc:
     """A ``jobrun-master -A benchmarks.benchapp`` subprocess and its log."""
 
+    READY = "master.ready"  # the log line's event that says it is ready (wait_ready)
+
     def __init__(self, dsn: str, schema: str, concurrency: int, *, app: str = APP,
                  extra: Sequence[str] = (), verbose: bool = False) -> None:
         self.dsn = dsn
@@ -227,7 +229,7 @@ class MasterProc:
             self.lines.append((now, text))
             if self.verbose:
                 print(f"    [master] {text}", file=sys.stderr, flush=True)
-            if " master.ready " in f" {text} " or text.endswith("master.ready"):
+            if f" {self.READY} " in f" {text} " or text.endswith(self.READY):
                 if self.ready_at is None:
                     self.ready_at = now
                     self._ready.set()
@@ -251,7 +253,7 @@ class MasterProc:
         return self.popen is not None and self.popen.poll() is None
 
     def wait_ready(self, timeout: float = 60.0) -> float:
-        """Block until the master logs `master.ready`; returns the monotonic time it did."""
+        """Block until the process logs its READY line; returns the monotonic time it did."""
         if not self._ready.wait(timeout) or self.ready_at is None:
             tail = "\n".join(text for _, text in list(self.lines)[-30:])
             state = "exited" if not self.running() else f"not ready after {timeout:g}s"

@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.common` impor
 
 from jobrun import Client  # noqa: E402
 
-from benchmarks.common import (run_main, Bench, add_db_args, cores_used, cpu_seconds, describe_code,  # noqa: E402
+from benchmarks.common import (run_main, Bench, MasterProc, add_db_args, cores_used, cpu_seconds, describe_code,  # noqa: E402
                                int_list, machine, median, print_table, wait_quiet)
 
 POLL = 0.05
@@ -57,9 +57,12 @@ def enqueue(dsn: str, schema: str, task: str, payload: Any, n: int) -> float:
 
 
 def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: Any,
-             prepare: Callable[[str], None] | None = None) -> dict[str, Any]:
+             prepare: Callable[[str], None] | None = None,
+             start: Callable[[str], list[MasterProc]] | None = None) -> dict[str, Any]:
     """One drain; ``prepare(schema)`` runs after the enqueue, before the master starts (queue
-    settings, say: benchmarks/limits.py)."""
+    settings, say: benchmarks/limits.py). ``start(schema)`` starts what drains instead of
+    masters (processes with a MasterProc's interface, timed from the last one's READY line:
+    benchmarks/remote_drain.py)."""
     n = args.jobs
     schema = bench.new_schema()
     enqueue_s = enqueue(bench.dsn, schema, args.task, payload, n)
@@ -72,7 +75,8 @@ def run_once(bench: Bench, args: argparse.Namespace, concurrency: int, payload: 
     wait_quiet(args.quiet_below, args.patience)
 
     count = getattr(args, "masters", 1)  # other benchmarks call run_once with their own args
-    masters = [bench.start_master(schema, concurrency // count) for _ in range(count)]
+    masters = start(schema) if start is not None else \
+        [bench.start_master(schema, concurrency // count) for _ in range(count)]
     master = masters[0]
     polls = 0
     try:

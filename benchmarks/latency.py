@@ -20,7 +20,7 @@ import argparse
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from psycopg import sql
 
@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.common` impor
 
 from jobrun import Client  # noqa: E402
 
-from benchmarks.common import (run_main, Bench, add_db_args, cores_used, cpu_seconds, describe_code,  # noqa: E402
+from benchmarks.common import (run_main, Bench, MasterProc, add_db_args, cores_used, cpu_seconds, describe_code,  # noqa: E402
                                machine, median, percentile, print_table, wait_quiet)
 
 
@@ -108,10 +108,15 @@ def sample_depth(bench: Bench, schema: str, stop: threading.Event, out: list[tup
 PCTS = (50, 95, 99)
 
 
-def run_once(bench: Bench, args: argparse.Namespace, total: int, payload: Any) -> dict[str, Any]:
-    """One run on a fresh schema and a fresh master; prints its details, returns its figures."""
+def run_once(bench: Bench, args: argparse.Namespace, total: int, payload: Any,
+             start: Callable[[str], list[MasterProc]] | None = None) -> dict[str, Any]:
+    """One run on a fresh schema and a fresh master (or what ``start(schema)`` starts instead,
+    processes with a MasterProc's interface: benchmarks/remote_drain.py); prints its details,
+    returns its figures."""
     schema = bench.new_schema()
-    master = bench.start_master(schema, args.concurrency)
+    masters = start(schema) if start is not None else [bench.start_master(schema, args.concurrency)]
+    master = masters[0]
+    running = lambda: all(m.running() for m in masters)  # noqa: E731
     producers = [Producer(bench.dsn, schema, p, args.producers, args.rate, total, args.task,
                           payload) for p in range(args.producers)]
     jobs = sql.Identifier(schema, "jobs")
@@ -119,8 +124,9 @@ def run_once(bench: Bench, args: argparse.Namespace, total: int, payload: Any) -
     stop_sampler = threading.Event()
     sampler = None
     try:
-        master.wait_ready(timeout=120)
-        master.wait_children_idle(timeout=120)
+        for m in masters:
+            m.wait_ready(timeout=120)
+            m.wait_children_idle(timeout=120)
         wait_quiet(args.quiet_below, args.patience)
         for p in producers:
             p.start()
@@ -128,13 +134,13 @@ def run_once(bench: Bench, args: argparse.Namespace, total: int, payload: Any) -
         with bench.connect() as conn:
             while conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE status = 'succeeded'")
                                .format(jobs)).fetchone()[0] < len(producers):
-                if any(p.error for p in producers) or not master.running():
+                if any(p.error for p in producers) or not running():
                     break
                 time.sleep(0.02)
             warm_ids = [r[0] for r in conn.execute(sql.SQL("SELECT id FROM {}").format(jobs))]
         bench.pgss_reset()
         postmaster = bench.postmaster_pid()
-        cpu_before = cpu_seconds(master.pid, postmaster)
+        cpu_before = cpu_seconds([m.pid for m in masters], postmaster)
         cpu_mark = time.monotonic()
         t0 = time.monotonic() + 0.2
         sampler = threading.Thread(target=sample_depth, daemon=True,
@@ -146,10 +152,10 @@ def run_once(bench: Bench, args: argparse.Namespace, total: int, payload: Any) -
         for p in producers:
             while p.is_alive():
                 p.join(0.5)
-                if not master.running():
+                if not running():
                     raise RuntimeError("jobrun-master exited during the run")
         ended = time.monotonic()
-        cpu_after = cpu_seconds(master.pid, postmaster)
+        cpu_after = cpu_seconds([m.pid for m in masters], postmaster)
         errors = [p.error for p in producers if p.error]
         if errors:
             raise RuntimeError(f"a producer failed: {errors[0]!r}")
@@ -159,7 +165,7 @@ def run_once(bench: Bench, args: argparse.Namespace, total: int, payload: Any) -
             query = sql.SQL("SELECT count(*) FROM {} WHERE status IN ('succeeded', 'dead', 'cancelled')"
                             ).format(jobs)
             while conn.execute(query).fetchone()[0] < sent + len(warm_ids):
-                if time.monotonic() > deadline or not master.running():
+                if time.monotonic() > deadline or not running():
                     raise RuntimeError(f"not every job finished within {args.settle:g}s"
                                        " of the last enqueue")
                 time.sleep(0.05)
@@ -171,9 +177,10 @@ def run_once(bench: Bench, args: argparse.Namespace, total: int, payload: Any) -
             p.go.set()
         if sampler is not None:
             sampler.join(5.0)
-        code = bench.stop_master(master)
-    if code not in (0, None):
-        master.problems.append(f"benchmark: jobrun-master exited with code {code}")
+        codes = [bench.stop_master(m) for m in masters]
+    for code in codes:
+        if code not in (0, None):
+            master.problems.append(f"benchmark: jobrun-master exited with code {code}")
 
     with bench.connect() as conn:
         rows = conn.execute(sql.SQL(
@@ -208,7 +215,7 @@ def run_once(bench: Bench, args: argparse.Namespace, total: int, payload: Any) -
     if depth:
         print("  queue depth each second, queued (runnable): " + " ".join(str(q) for _, q, _ in depth))
         print("                                      leased: " + " ".join(str(x) for _, _, x in depth))
-    for line in master.problems[:10]:
+    for line in [x for m in masters for x in m.problems][:10]:
         print(f"  ! {line}")
     bench.pgss_report(schema)
     print(flush=True)

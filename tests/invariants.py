@@ -228,11 +228,13 @@ def nothing_lost(conn, schema: str, *, transactional=("effect",), slack: float =
 
 
 def violations(conn, schema: str, *, transactional=("effect",), recorded=("record", "effect"),
-               intended=("succeeded",), enqueued=(), slack: float = 10.0) -> list:
+               intended=("succeeded",), enqueued=(), slack: float = 10.0,
+               remote: bool = False) -> list:
     """Every rule above at once, for a run that is over: nothing_lost's, plus each job in an
     ``intended`` status (dead/cancelled ones with a reason) and every ``enqueued`` id still in
-    the table, plus the ``starts`` record (if the schema has one) bounded by max_attempts.
-    Each violation is (problem, job id)."""
+    the table, plus the ``starts`` record (if the schema has one) bounded by max_attempts, plus
+    (``remote``) the worker protocol's rules (REMOTE, below). Each violation is (problem, job
+    id)."""
     cur = conn.cursor(row_factory=tuple_row)
     text = NOTHING_LOST + (EFFECTS_ONCE if _exists(cur, schema, "effects") else "")
     text += SETTLED_AS_INTENDED
@@ -240,6 +242,7 @@ def violations(conn, schema: str, *, transactional=("effect",), recorded=("recor
         text += STARTS_BOUNDED
     events = _events_checked(conn, schema)
     text += EVENTS_CONSISTENT if events else ""
+    text += "UNION ALL" + REMOTE if remote else ""
     return _run(conn, schema, text, {"slack": slack, "transactional": list(transactional),
                                      "recorded": list(recorded), "intended": list(intended),
                                      "enqueued": list(enqueued), "max_lease": MAX_LEASE_TTL,
@@ -292,7 +295,8 @@ def after_faults(conn, schema: str, *, ttl: float, reaper_period: float, settle:
 # worker ended names it (worker_host is its id, remote:NAME:HEX, and no pid or child); no
 # attempt row is under a token the job never had; each job a remote worker finished has
 # exactly one attempt row under its last token (no outcome accepted twice, or under a stale
-# token: the report's 409 changed nothing).
+# token: the report's 409 changed nothing). (Two rows under one token cannot be: job_attempts'
+# key is (job_id, lease_token).)
 REMOTE = """
 SELECT 'remote attempt not naming its worker', a.job_id FROM {schema}.job_attempts a
  WHERE a.worker_host LIKE 'remote:%%'

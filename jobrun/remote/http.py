@@ -3,7 +3,9 @@
 One :class:`Channel` is one keep-alive connection used by one caller at a time (the claim's
 long poll, the renewals and the reports each have their own, so a poll never delays a
 renewal). Calls run in a thread (``asyncio.to_thread``); a broken connection is reopened at
-the next call. The bearer token goes in a header and nowhere else: never in an error, a log
+the next call. A kept-alive connection the server closed while it was idle (uvicorn closes one
+after 5 s, and a renewal comes every lease TTL / 3) fails at its next request before any answer:
+that request is sent once more on a new connection, instead of failing every other renewal. The bearer token goes in a header and nowhere else: never in an error, a log
 line or the process title.
 """
 
@@ -14,6 +16,11 @@ import json
 import threading
 import urllib.parse
 from typing import Any
+
+
+# How a kept-alive connection the server closed meanwhile fails, before any answer.
+STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+         ConnectionAbortedError)
 
 
 class ApiError(Exception):
@@ -53,14 +60,20 @@ class Channel:
         """The decoded JSON answer (None for 204); ApiError or Unreachable."""
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         with self._lock:
-            try:
-                conn = self._connection()
-                conn.request(method, self.base + path, body=data, headers=self._headers)
-                response = conn.getresponse()
-                raw = response.read()
-            except (OSError, http.client.HTTPException) as exc:
-                self.close()
-                raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+            for fresh in (self._conn is None, True):
+                try:
+                    conn = self._connection()
+                    conn.request(method, self.base + path, body=data, headers=self._headers)
+                    response = conn.getresponse()
+                    raw = response.read()
+                    break
+                except STALE:
+                    self.close()
+                    if fresh:
+                        raise Unreachable("the server closed the connection") from None
+                except (OSError, http.client.HTTPException) as exc:
+                    self.close()
+                    raise Unreachable(f"{type(exc).__name__}: {exc}") from None
         if response.status == 204:
             return None
         try:

@@ -10,7 +10,18 @@ It registers twice ``slots`` credits: it holds up to that many leases, the runni
 as many waiting, so that the next claim goes out while the outcomes of the last batch are
 being reported instead of after (a claim and a report each cost a round trip; in series they
 halved what a worker drains). It claims once at least half its slots' worth of credits is
-free, not for every slot freed.
+free, not for every slot freed. A report asks (``claim``) for the credits it frees, so that a
+busy worker's next jobs come back with the answer to its last outcomes: one round trip per
+batch, not a report and a claim each (the claim loop's long poll is then for a worker that
+found the queues empty). ``asking`` counts the credits of the claims in flight, so the two
+never ask for more than the credits between them.
+
+Two reports may be in flight (REPORTERS), each with outcomes the other does not carry
+(``sending``): while one batch's round trip is under way the other half of the credits runs
+and is reported, so the server's time and the worker's overlap instead of taking turns (one
+report at a time held a 64-credit worker to one batch per round trip). An outcome waits up to
+LINGER for those of the jobs still running unless half the credits' worth is ready: a report
+of one outcome costs the server nearly what one of thirty-two does.
 
 The leases it holds are the truth it works from (``held``: job id -> token): a job enters at
 its claim and leaves when the server accepted its outcome, or when the server said the lease
@@ -51,6 +62,8 @@ from jobrun.remote.http import ApiError, Channel, Unreachable
 log = logging.getLogger("jobrun.remote")
 CLAIM_WAIT = 5.0      # seconds a claim waits on the server for a job (and a stop, at most)
 BATCH = 200           # outcomes per report at most
+LINGER = 0.005        # seconds an outcome may wait for those of the jobs still running
+REPORTERS = 2         # reports in flight at once, each on its own connection
 MAX_LOG = 60 * 1024   # characters of an attempt's log sent
 PAUSE_MAX = 5.0       # longest pause between tries while the server is unreachable
 _ATTEMPT_LOG: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
@@ -94,12 +107,15 @@ class RemoteWorker:
         timeout = CLAIM_WAIT + 30.0
         self.claims = Channel(options.url, options.token, timeout)
         self.renewals = Channel(options.url, options.token, timeout)
-        self.reports = Channel(options.url, options.token, timeout)
+        self.reports = [Channel(options.url, options.token, timeout) for _ in range(REPORTERS)]
         self.worker_id = ""
         self.ttl = 30.0
         self.held: dict[int, int] = {}             # job id -> lease token
+        self.asking = 0                             # credits asked for by claims in flight
         self.running: dict[int, asyncio.Task] = {}  # job id -> the task running it
         self.outbox: list[dict[str, Any]] = []      # outcomes not yet accepted
+        self.sending: set[int] = set()              # job ids of the outcomes in flight
+        self._outbox_since = 0.0                    # when an outcome last became ready to send
         self.stopping = False
         self.done = 0  # outcomes accepted (read by tests and the final log line)
         self._changed: asyncio.Event | None = None
@@ -107,6 +123,8 @@ class RemoteWorker:
         self.credits = 2 * options.slots  # running plus as many waiting (see the docstring)
         self._slots: asyncio.Semaphore | None = None
         self._singly = 0  # reports to send one outcome at a time (after a refused batch)
+        self._halt: asyncio.Event | None = None  # set at the stop: ends a pause between tries
+        self.failed = False  # a side task (a reporter, the renewer) died: exit 1
 
     # --- signals: record only ---------------------------------------------------------------
 
@@ -114,11 +132,14 @@ class RemoteWorker:
         self.stopping = True
         if self._changed is not None:
             self._changed.set()
+        if self._halt is not None:
+            self._halt.set()
 
     # --- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
         self._changed = asyncio.Event()
+        self._halt = asyncio.Event()
         self._slots = asyncio.Semaphore(self.o.slots)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -128,19 +149,36 @@ class RemoteWorker:
         try:
             await self._register()
             renewer = asyncio.create_task(self._renew_loop(), name="jobrun-remote-renew")
-            reporter = asyncio.create_task(self._report_loop(), name="jobrun-remote-report")
+            reporters = [asyncio.create_task(self._report_loop(channel),
+                                             name=f"jobrun-remote-report-{i}")
+                         for i, channel in enumerate(self.reports)]
+            for task in (*reporters, renewer):
+                task.add_done_callback(self._died)
             await self._claim_loop()
             await self._drain()
-            reporter.cancel()
-            renewer.cancel()
-            await asyncio.gather(reporter, renewer, return_exceptions=True)
+            for task in (*reporters, renewer):
+                task.cancel()
+            await asyncio.gather(*reporters, renewer, return_exceptions=True)
             await self._say_goodbye()
         finally:
             logging.getLogger().removeHandler(capture)
             self._pool.shutdown(wait=False, cancel_futures=True)
-            for ch in (self.claims, self.renewals, self.reports):
+            for ch in (self.claims, self.renewals, *self.reports):
                 ch.close()
         event(log, logging.INFO, "remote.stopped", worker=self.worker_id, done=self.done)
+        if self.failed:
+            raise SystemExit(1)
+
+    def _died(self, task: asyncio.Task) -> None:
+        """A reporter or the renewer ended by an error: stop (exit 1) rather than hold leases
+        that no one reports or renews; the reaper requeues what is left."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        event(log, logging.ERROR, "remote.task_failed", task=task.get_name(),
+              error=f"{type(exc).__name__}: {exc}")
+        self.failed = True
+        self.handle_term()
 
     async def _call(self, channel: Channel, method: str, path: str, body: Any = None) -> Any:
         return await asyncio.to_thread(channel.call, method, path, body)
@@ -172,19 +210,23 @@ class RemoteWorker:
               queues=",".join(self.queues), slots=self.o.slots)
 
     async def _pause(self, failures: int) -> None:
-        try:
-            await asyncio.wait_for(self._changed.wait(), min(PAUSE_MAX, 0.2 * 2 ** failures))
-        except TimeoutError:
-            pass
+        """The backoff between tries after ``failures`` failures in a row: only a stop ends it
+        early (a job's end must not: a server that is down would be asked as fast as jobs end)."""
+        await _until(self._halt, min(PAUSE_MAX, 0.2 * 2 ** min(failures, 8)))
+
+    async def _pause_for(self, seconds: float) -> None:
+        """Until something changed (``_changed``) or ``seconds`` passed."""
+        await _until(self._changed, seconds)
 
     async def _claim_loop(self) -> None:
         failures = 0
         while not self.stopping:
-            free = self.credits - len(self.held)
+            free = self.credits - len(self.held) - self.asking
             if free < max(1, self.o.slots // 2):
                 self._changed.clear()
                 await self._changed.wait()
                 continue
+            self.asking += free
             try:
                 reply = await self._call(self.claims, "POST", f"/workers/{self.worker_id}/claim",
                                          {"max": free, "wait": CLAIM_WAIT})
@@ -208,13 +250,19 @@ class RemoteWorker:
                     raise JobrunError(f"{self.o.url} refused a claim: {exc.status} {exc.code}:"
                                       f" {exc.message}") from None
                 continue
-            for frame in reply["jobs"]:
-                self.held[frame["id"]] = frame["token"]
-                if self.stopping:  # claimed as the stop came: straight back to the queue
-                    self._finish(frame, {"outcome": "released"})
-                else:
-                    task = asyncio.create_task(self._run_job(frame))
-                    self.running[frame["id"]] = task
+            finally:
+                self.asking -= free
+            self._take(reply["jobs"])
+
+    def _take(self, frames: list[dict[str, Any]]) -> None:
+        """Start the jobs a claim returned (a claim's, or a report's ``claim``)."""
+        for frame in frames:
+            self.held[frame["id"]] = frame["token"]
+            if self.stopping:  # claimed as the stop came: straight back to the queue
+                self._finish(frame, {"outcome": "released"})
+            else:
+                task = asyncio.create_task(self._run_job(frame))
+                self.running[frame["id"]] = task
 
     async def _run_job(self, frame: dict[str, Any]) -> None:
         job = Job(id=frame["id"], task=frame["task"], queue=frame["queue"],
@@ -284,25 +332,51 @@ class RemoteWorker:
     def _finish(self, frame: dict[str, Any], outcome: dict[str, Any]) -> None:
         if self.held.get(frame["id"]) != frame["token"]:
             return  # the lease was lost meanwhile: the outcome is not ours to report
+        if len(self.outbox) == len(self.sending):  # the first one not on its way
+            self._outbox_since = time.monotonic()
         self.outbox.append({"id": frame["id"], "token": frame["token"], **outcome})
         self._changed.set()
 
     # --- reports and renewals ---------------------------------------------------------------
 
-    async def _report_loop(self) -> None:
+    async def _report_loop(self, channel: Channel) -> None:
         failures = 0
         while True:
-            if not self.outbox:
+            ready = sum(1 for o in self.outbox if o["id"] not in self.sending)
+            if not ready:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
+            linger = self._outbox_since + LINGER - time.monotonic()
+            if self.running and linger > 0 and ready < self.o.slots and not self.stopping:
+                self._changed.clear()  # a job's end sets it: look again
+                await self._pause_for(linger)
+                continue
             batch = self._batch()
+            ids = {o["id"] for o in batch}
+            # The credits this report frees, asked for in the same call (none while stopping);
+            # those of the reports in flight are theirs to ask for.
+            want = 0 if self.stopping else max(0, self.credits - self.asking - (
+                len(self.held) - len(self.sending) - len(batch)))
+            body: dict[str, Any] = {"outcomes": batch}
+            if want:
+                body["claim"] = want
+            self.asking += want
+            self.sending |= ids
+            self._outbox_since = time.monotonic()  # for what is left
             try:
-                await self._call(self.reports, "POST", f"/workers/{self.worker_id}/outcomes",
-                                 {"outcomes": batch})
+                try:
+                    reply = await self._call(channel, "POST",
+                                             f"/workers/{self.worker_id}/outcomes", body)
+                finally:
+                    self.sending -= ids
                 failures = 0
                 self._settled(batch)
                 self.done += len(batch)
+                if want:
+                    self.asking -= want
+                    want = 0
+                    self._take(reply.get("jobs") or [])
             except Unreachable as exc:
                 failures += 1  # kept: the leases are renewed meanwhile; sent again
                 event(log, logging.WARNING, "remote.unreachable", error=str(exc), retry=failures)
@@ -325,13 +399,17 @@ class RemoteWorker:
                     event(log, logging.ERROR, "remote.report_refused", job=batch[0]["id"],
                           error=exc.message)
                     self._settled(batch)
+            finally:
+                self.asking -= want
 
     def _batch(self) -> list[dict[str, Any]]:
+        """The next outcomes to send: not in flight, bounded in count and size."""
+        waiting = [o for o in self.outbox if o["id"] not in self.sending]
         if self._singly:
             self._singly -= 1
-            return self.outbox[:1]
+            return waiting[:1]
         batch, size = [], 0
-        for item in self.outbox[:BATCH]:
+        for item in waiting[:BATCH]:
             weight = 128 + len(str(item.get("result", ""))) + sum(  # about its JSON's size
                 len(item.get(k) or "") for k in ("error", "traceback", "log"))
             if batch and size + weight > self.max_body // 2:
@@ -384,7 +462,7 @@ class RemoteWorker:
         if self.running:
             await asyncio.wait(list(self.running.values()), timeout=1.0)
         deadline = time.monotonic() + max(5.0, self.ttl / 2)
-        while self.outbox and time.monotonic() < deadline:  # the reporter sends them
+        while self.outbox and time.monotonic() < deadline:  # the reporters send them
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
@@ -396,6 +474,13 @@ class RemoteWorker:
             await self._call(self.claims, "DELETE", f"/workers/{self.worker_id}")
         except (Unreachable, ApiError):
             pass
+
+
+async def _until(flag: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(flag.wait(), seconds)
+    except TimeoutError:
+        pass
 
 
 def _failure(exc: BaseException, task: TaskDef, job: Job,

@@ -85,6 +85,7 @@ def create_app(settings: config.Settings, *, token: str | None = None,
     app.state.settings = settings
     app.state.wakeups = wakeups
     app.state.remote_seen = {}  # worker id: (when read, its queues) (routes_workers)
+    app.state.remote_plain_after = {}  # queue: when claim_plain may be tried again (routes_workers)
     app.openapi = lambda: with_bearer(  # type: ignore[method-assign]
         models.exact_bounds(FastAPI.openapi(app)))
     envelope.install(app)

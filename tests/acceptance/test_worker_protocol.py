@@ -106,6 +106,53 @@ def test_stale_token_refuses_the_whole_call(server, client):
         assert r.status_code == 200
 
 
+def test_a_report_claims_the_next_jobs_in_the_same_call(server, client):
+    with http(server) as api:
+        worker = register(api, credits=3)
+        first = client.enqueue("mail.send", 0, queue="mail").job
+        [got] = api.post(f"/workers/{worker}/claim", json={"max": 1}).json()["jobs"]
+        nxt = [client.enqueue("mail.send", i, queue="mail").job.id for i in range(1, 6)]
+        r = api.post(f"/workers/{worker}/outcomes", json={"claim": 5, "outcomes": [
+            {"id": first.id, "token": got["token"], "outcome": "succeeded"}]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["accepted"] == [first.id] and client.get(first.id).status == "succeeded"
+        claimed = [j["id"] for j in body["jobs"]]
+        assert claimed == nxt[:3]  # at most its credits, in order, leased to it
+        assert all(client.get(i).lease_owner == worker for i in claimed)
+        # A refused report (a stale token) claims nothing either.
+        r = api.post(f"/workers/{worker}/outcomes", json={"claim": 2, "outcomes": [
+            {"id": j["id"], "token": j["token"] + 1, "outcome": "succeeded"}
+            for j in body["jobs"]]})
+        assert r.status_code == 409 and "jobs" not in r.json()
+        assert [client.get(i).status for i in nxt[3:]] == ["queued", "queued"]
+        r = api.post(f"/workers/{worker}/outcomes", json={"outcomes": [
+            {"id": j["id"], "token": j["token"], "outcome": "succeeded"} for j in body["jobs"]]})
+        assert r.json() == {"accepted": claimed}  # no claim asked: none made, none shown
+        rest = api.post(f"/workers/{worker}/claim", json={"max": 3}).json()["jobs"]
+        assert [j["id"] for j in rest] == nxt[3:]
+        api.post(f"/workers/{worker}/outcomes", json={"outcomes": [
+            {"id": j["id"], "token": j["token"], "outcome": "succeeded"} for j in rest]})
+
+
+def test_a_reports_claim_obeys_queue_concurrency(server, client):
+    client.queue_add("narrow", concurrency=2)
+    with http(server, ADMIN) as api:
+        worker = register(api, queues=("narrow",), credits=10)
+        for i in range(5):
+            client.enqueue("mail.send", i, queue="narrow")
+        jobs = api.post(f"/workers/{worker}/claim", json={"max": 10}).json()["jobs"]
+        assert len(jobs) == 2
+        r = api.post(f"/workers/{worker}/outcomes", json={"claim": 10, "outcomes": [
+            {"id": jobs[0]["id"], "token": jobs[0]["token"], "outcome": "succeeded"}]})
+        assert len(r.json()["jobs"]) == 1  # one leased still, one room left under the limit
+        left = [jobs[1], *r.json()["jobs"]]
+        while left:  # the queue's other jobs, as the test leaves it empty
+            r = api.post(f"/workers/{worker}/outcomes", json={"claim": 10, "outcomes": [
+                {"id": j["id"], "token": j["token"], "outcome": "succeeded"} for j in left]})
+            left = r.json()["jobs"]
+
+
 def test_failure_retry_hint_permanent_and_dead(server, client):
     with http(server) as api:
         worker = register(api)
@@ -206,6 +253,12 @@ def test_worker_tokens_are_scoped(server, client):
     ("WORKER/claim", {"max": 0}, 422),
     ("WORKER/claim", {"max": 1, "wait": 3600}, 422),
     ("WORKER/outcomes", {"outcomes": []}, 422),
+    ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "succeeded"}],
+                         "claim": -1}, 422),
+    ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "succeeded"}],
+                         "claim": 1001}, 422),
+    ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "succeeded"}],
+                         "claim": "5"}, 422),
     ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "exploded"}]}, 422),
     ("WORKER/outcomes", {"outcomes": [{"id": 1, "token": 1, "outcome": "failed",
                                        "error": "e" * 5000}]}, 422),

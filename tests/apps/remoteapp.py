@@ -63,3 +63,10 @@ async def overtime(job: jobrun.Job):
 def hostile(job: jobrun.Job):
     log.warning("a NUL \x00 and half a pair \ud800 in a log line")
     raise RuntimeError("a NUL \x00 in an error")
+
+
+@app.task("remote.nap", queue="remote")
+def nap(job: jobrun.Job):
+    """Holds its slot for ``payload`` seconds: a job a fault can land in the middle of."""
+    time.sleep(float(job.payload))
+    return {"slept": job.payload}

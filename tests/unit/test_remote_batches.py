@@ -1,14 +1,18 @@
 """The Python remote worker's own rules, in-process (jobrun.remote.worker): text made
-storable, report batches bounded by count and size, a refused batch resent one by one."""
+storable, report batches bounded by count and size, a refused batch resent one by one,
+outcomes in flight not sent twice at once, the backoff between failed tries bounded."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import pytest
 from hypothesis import given, strategies as st
 
 import jobrun
 from jobrun.errors import InvalidInput
-from jobrun.remote.worker import BATCH, Options, RemoteWorker, _storable
+from jobrun.remote.worker import BATCH, PAUSE_MAX, Options, RemoteWorker, _storable
 
 pytestmark = pytest.mark.unit
 
@@ -69,3 +73,29 @@ def test_a_refused_batch_is_resent_one_by_one():
     w._singly = 3
     assert [len(w._batch()) for _ in range(3)] == [1, 1, 1]
     assert len(w._batch()) == 3  # then batches again
+
+
+def test_outcomes_in_flight_are_not_batched_again():
+    w = worker()
+    w.outbox = [{"id": i, "token": 1, "outcome": "succeeded"} for i in range(4)]
+    w.sending = {0, 2, 99}  # 99: dropped from the outbox meanwhile (its lease was lost)
+    assert [o["id"] for o in w._batch()] == [1, 3]
+    w.sending = {0, 1, 2, 3}
+    assert w._batch() == []
+
+
+def test_the_backoff_is_bounded_and_only_a_stop_ends_it_early():
+    async def scenario():
+        w = worker()
+        w._changed, w._halt = asyncio.Event(), asyncio.Event()
+        w._changed.set()  # jobs ending: not a reason to ask a server that is down again
+        began = time.monotonic()
+        await w._pause(1)  # 0.4 s
+        assert time.monotonic() - began >= 0.35
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, w.handle_term)
+        began = time.monotonic()
+        await w._pause(10**6)  # a long run of failures: PAUSE_MAX, not an overflow
+        assert time.monotonic() - began < PAUSE_MAX
+
+    asyncio.run(scenario())
