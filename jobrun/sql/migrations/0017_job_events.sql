@@ -105,6 +105,10 @@ BEGIN
 END
 $$;
 
+-- The old and new rows of the statement are paired by id without a join: each side's columns
+-- are gathered as arrays in id order and unnested side by side. The transition tables have
+-- no index and no statistics, and a join of them was planned as a nested loop, quadratic in
+-- the batch (a completion of 900 jobs took ~90 ms, five times the completion itself).
 CREATE FUNCTION {schema}.record_job_updates() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -123,16 +127,37 @@ BEGIN
                                        round(extract(epoch FROM e.run_at - now()), 3))
                 WHEN e.error IS NOT NULL THEN jsonb_build_object('error', left(e.error, 200))
            END
-      FROM (SELECT n.id, n.status, n.attempts, n.lease_token, n.run_at,
-                   coalesce(n.lease_owner, o.lease_owner) AS owner, a.outcome, a.error,
-                   {schema}.event_kind(o.status, n.status, a.outcome, n.attempts > o.attempts,
-                                       n.cancel_requested AND NOT o.cancel_requested,
-                                       n.version <> o.version) AS kind
-              FROM new_rows n
-              JOIN old_rows o ON o.id = n.id
+      FROM (SELECT z.id, z.status, z.attempts, z.lease_token, z.run_at,
+                   coalesce(z.owner, z.old_owner) AS owner, a.outcome, a.error,
+                   {schema}.event_kind(z.old_status, z.status, a.outcome,
+                                       z.attempts > z.old_attempts,
+                                       z.cancel AND NOT z.old_cancel,
+                                       z.version <> z.old_version) AS kind
+              FROM (SELECT array_agg(n.id ORDER BY n.id) AS id,
+                           array_agg(n.status ORDER BY n.id) AS status,
+                           array_agg(n.attempts ORDER BY n.id) AS attempts,
+                           array_agg(n.lease_token ORDER BY n.id) AS lease_token,
+                           array_agg(n.run_at ORDER BY n.id) AS run_at,
+                           array_agg(n.lease_owner ORDER BY n.id) AS owner,
+                           array_agg(n.cancel_requested ORDER BY n.id) AS cancel,
+                           array_agg(n.version ORDER BY n.id) AS version
+                      FROM new_rows n) n,
+                   (SELECT array_agg(o.status ORDER BY o.id) AS status,
+                           array_agg(o.attempts ORDER BY o.id) AS attempts,
+                           array_agg(o.lease_token ORDER BY o.id) AS lease_token,
+                           array_agg(o.lease_owner ORDER BY o.id) AS owner,
+                           array_agg(o.cancel_requested ORDER BY o.id) AS cancel,
+                           array_agg(o.version ORDER BY o.id) AS version
+                      FROM old_rows o) o,
+                   unnest(n.id, n.status, n.attempts, n.lease_token, n.run_at, n.owner,
+                          n.cancel, n.version, o.status, o.attempts, o.lease_token, o.owner,
+                          o.cancel, o.version)
+                       AS z(id, status, attempts, lease_token, run_at, owner, cancel, version,
+                            old_status, old_attempts, old_token, old_owner, old_cancel,
+                            old_version)
               LEFT JOIN {schema}.job_attempts a
-                     ON o.status = 'leased' AND n.status <> 'leased'
-                    AND a.job_id = n.id AND a.lease_token = o.lease_token) e
+                     ON z.old_status = 'leased' AND z.status <> 'leased'
+                    AND a.job_id = z.id AND a.lease_token = z.old_token) e
      WHERE e.kind IS NOT NULL
        AND (level >= 2 OR e.kind IN ('succeeded', 'dead', 'cancelled'));
     RETURN NULL;
