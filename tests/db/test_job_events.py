@@ -365,3 +365,20 @@ def test_sql_of_ones_own_names_its_actor_and_a_producer_s_insert_is_recorded(
     [mine] = producer.execute(f"SELECT kind, actor FROM {s}.job_events WHERE job_id = %s",
                               [row["id"]]).fetchall()
     assert mine["kind"] == "enqueued" and mine["actor"] == producer.info.user
+
+
+def test_mode_none_switches_the_recording_triggers_off_and_another_mode_on(conn, schema):
+    """In mode none a statement on jobs copies no row into transition tables: the triggers that
+    would are disabled, not only quiet (deleting still takes a job's events with it)."""
+    def enabled() -> dict[str, str]:
+        rows = conn.execute("SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = %s::regclass"
+                            " AND tgname LIKE 'jobs_events_%%'", [f'"{schema}".jobs']).fetchall()
+        return {r["tgname"]: r["tgenabled"] for r in rows}
+
+    q = for_schema(schema)
+    assert set(enabled().values()) == {"O"}
+    conn.execute(q.set_events_mode, {"level": events.level("none")})
+    assert enabled() == {"jobs_events_insert": "D", "jobs_events_update": "D",
+                         "jobs_events_delete": "O"}
+    conn.execute(q.set_events_mode, {"level": events.level("terminal")})
+    assert set(enabled().values()) == {"O"}

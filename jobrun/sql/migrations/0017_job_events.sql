@@ -183,6 +183,26 @@ CREATE TRIGGER jobs_events_delete AFTER DELETE ON {schema}.jobs
     REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.drop_job_events();
 
+-- Mode none turns the recording triggers off, not only their work: a trigger with transition
+-- tables makes every statement on jobs copy each row it changes (payload and all) into them,
+-- mode or not. Setting the mode (a row of settings) switches them; deleting still drops a
+-- job's events in any mode.
+CREATE FUNCTION {schema}.apply_job_events_mode() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NEW.name = 'job_events' THEN
+        EXECUTE format('ALTER TABLE %1$I.jobs %2$s TRIGGER jobs_events_insert,'
+                       ' %2$s TRIGGER jobs_events_update', TG_TABLE_SCHEMA,
+                       CASE WHEN NEW.value = 0 THEN 'DISABLE' ELSE 'ENABLE' END);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER settings_job_events AFTER INSERT OR UPDATE OF value ON {schema}.settings
+    FOR EACH ROW WHEN (NEW.name = 'job_events')
+    EXECUTE FUNCTION {schema}.apply_job_events_mode();
+
 -- A lease a master lost changes no row of the job (whoever took it wrote that transition);
 -- the master writes what it saw: `lease_lost` for each (id, token) of `owner`, with the job's
 -- status now and `reason` (mode all only). Returns how many were written.
