@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 from typing import Annotated, Optional
 
 import typer
 
 from jobrun.errors import InvalidInput
+from jobrun.secretfile import read_private
 
 
 def read_token(path: str) -> str:
     """The token in ``path`` (its first line), which only its owner may read."""
-    try:
-        info = os.stat(path)
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read --token-file {path}: {exc.__class__.__name__}") from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise InvalidInput(f"--token-file {path} is readable by others: chmod 600 it")
+    token = read_private(path, f"--token-file {path}").strip()
     if not token or any(c.isspace() for c in token):
         raise InvalidInput(f"--token-file {path}: one token, no spaces")
     return token

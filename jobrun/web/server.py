@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import signal
 import socket
-import stat
 from dataclasses import dataclass
 
 from jobrun import config, logs
 from jobrun.errors import InvalidInput
+from jobrun.secretfile import read_private
 from jobrun.web import DEFAULT_BIND, REQUEST_TIMEOUT
 from jobrun.web.guard import loopback_hosts
 
@@ -54,14 +53,7 @@ def parse_bind(text: str) -> Bind:
 
 
 def read_token(path: str) -> str:
-    try:
-        info = os.stat(path)
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read --token-file {path}: {exc.__class__.__name__}") from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise InvalidInput(f"--token-file {path} is readable by others: chmod 600 it")
+    token = read_private(path, f"--token-file {path}").strip()
     if len(token) < 16 or any(c.isspace() for c in token):
         raise InvalidInput(f"--token-file {path}: the token must be 16 or more characters,"
                            " no spaces")

@@ -21,12 +21,11 @@ the order of the file tells a caller how close a guess came.
 from __future__ import annotations
 
 import hmac
-import os
-import stat
 from dataclasses import dataclass
 
 from jobrun import validate
 from jobrun.errors import InvalidInput
+from jobrun.secretfile import read_private
 
 PREFIX = "/api/v1/workers"
 MIN_TOKEN = 16
@@ -96,12 +95,4 @@ def parse(text: str, where: str) -> WorkerTokens:
 def read(path: str) -> WorkerTokens:
     """The tokens of a ``--worker-token-file``; InvalidInput (one line) if it cannot be used."""
     where = f"--worker-token-file {path}"
-    try:
-        info = os.stat(path)
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read {where}: {exc.__class__.__name__}") from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise InvalidInput(f"{where} is readable by others: chmod 600 it")
-    return parse(text, where)
+    return parse(read_private(path, where), where)
