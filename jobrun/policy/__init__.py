@@ -11,7 +11,7 @@ from jobrun.policy.children import (
     MAX_EARLY_DEATHS, BootFailure, boot_failure, run_time_average, should_recycle, start_failing,
 )
 from jobrun.policy.lease import (
-    alive_interval, database_reached, heartbeat_period, lease_deadline, reap_interval, retry_wait,
+    alive_interval, database_reached, fence_grace, heartbeat_period, lease_deadline, reap_interval, retry_wait,
     tick_interval,
 )
 from jobrun.policy.retry import (
@@ -22,7 +22,7 @@ from jobrun.policy.retry import (
 
 __all__ = [
     "MAX_EARLY_DEATHS", "BootFailure", "boot_failure", "run_time_average", "should_recycle",
-    "start_failing", "alive_interval", "database_reached", "heartbeat_period", "lease_deadline", "retry_wait",
+    "start_failing", "alive_interval", "database_reached", "fence_grace", "heartbeat_period", "lease_deadline", "retry_wait",
     "reap_interval", "tick_interval", "CANCELLED", "DEFAULT_MAX_CRASHES", "DEFAULT_RETRY", "FAILED",
     "LEASE_EXPIRED", "RELEASED", "RETRY", "SUCCEEDED", "TIMEOUT", "WORKER_LOST", "Fate",
     "RetryPolicy", "decide", "max_attempts_for", "max_crashes_for", "retry_policies",

@@ -28,6 +28,12 @@ def heartbeat_period(ttl: float) -> float:
     return ttl / 3.0
 
 
+def fence_grace(ttl: float) -> float:
+    """How long a fenced (or timed-out) job is given to stop before its child is killed: a
+    heartbeat period, at most 5 s."""
+    return min(5.0, heartbeat_period(ttl))
+
+
 def alive_interval(ttl: float) -> float:
     """How often a busy child reports itself alive: within one heartbeat period, often."""
     return max(0.05, min(1.0, ttl / 9))

@@ -25,7 +25,7 @@ from jobrun import protocol
 from jobrun.config import Settings
 from jobrun.logs import event
 from jobrun.policy import (
-    RELEASED, SUCCEEDED, BootFailure, boot_failure, heartbeat_period, start_failing,
+    RELEASED, SUCCEEDED, BootFailure, boot_failure, fence_grace, start_failing,
 )
 from jobrun.worker.child import Child, ChildState, Inflight
 from jobrun.worker.children import Children
@@ -375,7 +375,7 @@ class Dispatcher(Service):
             # will not (the others are then released).
             child.send(protocol.interrupt_frame(job.id, job.token, "timeout"))
             job.timer = asyncio.get_running_loop().call_later(
-                self.supervisor_grace(), self._kill_for, child, job, "timeout")
+                fence_grace(self.settings.lease_ttl), self._kill_for, child, job, "timeout")
             return
         self._kill_for(child, job, "timeout")
 
@@ -385,11 +385,6 @@ class Dispatcher(Service):
         if child.running.get(job.id) is job:
             child.kill_job = job.id
             self.supervisor.kill(child, reason)
-
-    def supervisor_grace(self) -> float:
-        """How long a job in a slot is given to stop when asked, before its child is killed:
-        the heartbeater's fencing grace (policy.heartbeat_period, at most 5 s)."""
-        return min(5.0, heartbeat_period(self.settings.lease_ttl))
 
     def jobs_done(self) -> int:
         return self.results.jobs_done()

@@ -44,7 +44,7 @@ import psycopg
 from jobrun.store import db
 from jobrun.store.connector import HEARTBEATS, Connector
 from jobrun.logs import event
-from jobrun.policy import heartbeat_period, lease_deadline, retry_wait
+from jobrun.policy import fence_grace, heartbeat_period, lease_deadline, retry_wait
 from jobrun.sql import Queries
 from jobrun.worker.lifecycle import Service
 
@@ -104,7 +104,7 @@ class Heartbeater(Service):
         self.ttl = ttl
         self.period = heartbeat_period(ttl)
         self._fixed_grace = grace
-        self.grace = grace if grace is not None else min(5.0, self.period)
+        self.grace = grace if grace is not None else fence_grace(ttl)
         self.leases = leases
         self.loop_alive = loop_alive
         self.on_fence = on_fence
@@ -134,7 +134,7 @@ class Heartbeater(Service):
         self.ttl = settings.lease_ttl
         self.period = heartbeat_period(self.ttl)
         if self._fixed_grace is None:
-            self.grace = min(5.0, self.period)
+            self.grace = fence_grace(self.ttl)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
